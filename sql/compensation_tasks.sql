@@ -1,0 +1,43 @@
+-- compensation_tasks: one task per BREAK finding, sorted like discrepancies.
+--   EXECUTE_EFFECT for the four missing classes: command = the rule's compensation;
+--     reopen_msg_id = the evidence msg_id for SKIPPED_BUT_DUE and REVIEW_STALLED.
+--   REVERSE_EFFECT for DUPLICATE_EFFECT: every SUCCEEDED receipt up to the cut but the
+--     first, in (created_at, receipt_id) order.
+--   INVESTIGATE for ORPHAN_EFFECT.
+-- Outside their own action, command, reopen_msg_id and reverse_receipt_ids are NULL.
+WITH breaks AS (
+    SELECT * FROM discrepancies WHERE verdict = 'BREAK'
+),
+extra_receipts AS (
+    SELECT effect, order_id, receipt_id, created_at
+    FROM (
+        SELECT x.effect, x.order_id, x.receipt_id, x.created_at,
+               row_number() OVER (PARTITION BY x.effect, x.order_id ORDER BY x.created_at, x.receipt_id) AS position
+        FROM receipts x
+        JOIN breaks b ON b.effect = x.effect AND b.order_id = x.order_id AND b.class = 'DUPLICATE_EFFECT'
+        WHERE x.status = 'SUCCEEDED' AND x.created_at <= $cut
+    )
+    WHERE position > 1
+),
+reversals AS (
+    SELECT effect, order_id, array_agg(receipt_id ORDER BY created_at, receipt_id) AS receipt_ids
+    FROM extra_receipts
+    GROUP BY effect, order_id
+)
+SELECT b.finding_id AS task_id,
+       b.effect, b.order_id, b.class,
+       CASE b.class
+           WHEN 'DUPLICATE_EFFECT' THEN 'REVERSE_EFFECT'
+           WHEN 'ORPHAN_EFFECT' THEN 'INVESTIGATE'
+           ELSE 'EXECUTE_EFFECT'
+       END AS action,
+       CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'DONE_NO_RECEIPT', 'REVIEW_STALLED', 'NO_LEDGER_ENTRY')
+            THEN r.compensation END AS command,
+       CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'REVIEW_STALLED') THEN b.msg_id END AS reopen_msg_id,
+       v.receipt_ids AS reverse_receipt_ids,
+       b.priority,
+       b.finding_id AS idempotency_key
+FROM breaks b
+JOIN rules r ON r.effect = b.effect
+LEFT JOIN reversals v ON v.effect = b.effect AND v.order_id = b.order_id AND b.class = 'DUPLICATE_EFFECT'
+ORDER BY b.effect, b.order_id, b.class

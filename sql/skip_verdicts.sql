@@ -1,0 +1,36 @@
+-- skip_verdicts: a verdict for every SKIPPED ledger row decided in ($since, $cut],
+-- over the rules R triggered by its event_type (none: CORRECT):
+--   WRONG    some rule is due, not voided, without receipt, and its grace has passed;
+--   PENDING  some rule is due, not voided, without receipt (grace running), or no rule
+--            is due at all and decided_at + max(grace) is after the cut;
+--   HARMLESS some rule is due, not voided, and has a receipt;
+--   CORRECT  otherwise.
+-- Sorted by order_id, decided_at, msg_id.
+WITH skipped AS (
+    SELECT msg_id, order_id, event_type, decided_at
+    FROM ledger
+    WHERE action = 'SKIPPED' AND decided_at > $since AND decided_at <= $cut
+),
+per_skip AS (
+    SELECT k.msg_id,
+           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 AND s.due_at + r.grace <= $cut) AS wrong,
+           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0) AS owed,
+           bool_or(s.due_at IS NOT NULL) AS any_due,
+           bool_or(k.decided_at + r.grace > $cut) AS young,
+           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count >= 1) AS done
+    FROM skipped k
+    JOIN rules r ON r.trigger_event = k.event_type
+    LEFT JOIN effect_state s ON s.effect = r.effect AND s.order_id = k.order_id
+    GROUP BY k.msg_id
+)
+SELECT k.msg_id, k.order_id, k.event_type, k.decided_at,
+       CASE
+           WHEN p.msg_id IS NULL THEN 'CORRECT'
+           WHEN coalesce(p.wrong, false) THEN 'WRONG'
+           WHEN coalesce(p.owed, false) OR (NOT coalesce(p.any_due, false) AND coalesce(p.young, false)) THEN 'PENDING'
+           WHEN coalesce(p.done, false) THEN 'HARMLESS'
+           ELSE 'CORRECT'
+       END AS verdict
+FROM skipped k
+LEFT JOIN per_skip p ON p.msg_id = k.msg_id
+ORDER BY k.order_id, k.decided_at, k.msg_id

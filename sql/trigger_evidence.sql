@@ -1,0 +1,43 @@
+-- trigger_evidence: per (order_id, event_type) of a candidate, the outcome of its trigger
+-- rows up to the cut (DONE > SKIPPED/REVOKED > PENDING_REVIEW; unknown actions ignored)
+-- and the evidence row: among the rows giving that outcome, the earliest decided_at,
+-- ties broken by the smallest msg_id. reorder_suspected: another ledger row of the same
+-- order, topic and partition has a larger offset but was decided earlier.
+WITH trigger_rows AS (
+    SELECT l.msg_id, l.order_id, l.event_type, l.action, l.observed_status, l.topic,
+           l.kafka_partition, l.kafka_offset, l.consumer_id, l.decided_at,
+           CASE l.action
+               WHEN 'DONE' THEN 1
+               WHEN 'SKIPPED' THEN 2
+               WHEN 'REVOKED' THEN 2
+               WHEN 'PENDING_REVIEW' THEN 3
+           END AS outcome_rank
+    FROM ledger l
+    WHERE l.decided_at <= $cut
+      AND l.action IN ('DONE', 'SKIPPED', 'REVOKED', 'PENDING_REVIEW')
+      AND EXISTS (SELECT 1 FROM candidates c WHERE c.order_id = l.order_id AND c.trigger_event = l.event_type)
+),
+evidence AS (
+    SELECT *
+    FROM (
+        SELECT t.*,
+               row_number() OVER (PARTITION BY t.order_id, t.event_type ORDER BY t.outcome_rank, t.decided_at, t.msg_id) AS position
+        FROM trigger_rows t
+    )
+    WHERE position = 1
+),
+reordered AS (
+    SELECT DISTINCT e.order_id, e.event_type
+    FROM evidence e
+    JOIN ledger o ON o.order_id = e.order_id AND o.topic = e.topic AND o.kafka_partition = e.kafka_partition
+    WHERE o.kafka_offset > e.kafka_offset
+      AND o.decided_at < e.decided_at
+      AND o.decided_at <= $cut
+)
+SELECT e.order_id, e.event_type,
+       CASE e.outcome_rank WHEN 1 THEN 'DONE' WHEN 2 THEN 'SKIPPED' ELSE 'PENDING_REVIEW' END AS outcome,
+       e.msg_id, e.action AS ledger_action, e.observed_status, e.topic, e.kafka_partition,
+       e.kafka_offset, e.consumer_id, e.decided_at,
+       r.order_id IS NOT NULL AS reorder_suspected
+FROM evidence e
+LEFT JOIN reordered r ON r.order_id = e.order_id AND r.event_type = e.event_type

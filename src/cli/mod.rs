@@ -1,0 +1,102 @@
+//! Command-line front end: one file per subcommand, each turning its clap arguments into
+//! a validated plan of the library before any work starts.
+
+mod run;
+mod sql;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// effect-recon finds side effects (points, WMS locks, waybills) that were owed but never
+/// happened, or happened twice or without cause, and lists how to compensate them.
+#[derive(Debug, Parser)]
+#[command(name = "effect-recon", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Reconcile a snapshot: write discrepancies, compensation tasks and skip verdicts.
+    Run(run::RunArgs),
+    /// Query a snapshot (and a run's outputs) with read-only SQL.
+    Sql(sql::SqlArgs),
+}
+
+/// How a successful command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing to report: exit 0.
+    Clean,
+    /// BREAK findings exist and the user asked to fail on them: exit 1.
+    Breaks,
+}
+
+impl Outcome {
+    /// The process exit code.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Outcome::Clean => ExitCode::SUCCESS,
+            Outcome::Breaks => ExitCode::from(1),
+        }
+    }
+}
+
+/// Runs the parsed command.
+pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
+    match cli.command {
+        Command::Run(args) => run::execute(args).await,
+        Command::Sql(args) => sql::execute(args).await,
+    }
+}
+
+/// Parses sizes such as `2GiB`, `512MiB`, `1G`, `300M`, `1048576`.
+pub fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| format!("'{text}' is not a size (e.g. 2GiB, 512MiB)"))?;
+    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(format!("'{text}' has an unknown unit (use KiB, MiB, GiB)")),
+    };
+    Ok((number * multiplier) as usize)
+}
+
+/// Parses an instant argument.
+pub fn parse_instant_arg(text: &str) -> Result<i64, String> {
+    effect_recon::time::parse_instant(text)
+}
+
+/// Engine options shared by the commands that query.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EngineArgs {
+    /// Query parallelism (default: the number of cores).
+    #[arg(long, value_name = "N")]
+    pub target_partitions: Option<usize>,
+    /// Rows per batch inside the engine.
+    #[arg(long, value_name = "ROWS", default_value_t = 8192)]
+    pub batch_size: usize,
+    /// Bound on the memory of spilling operators, e.g. 2GiB.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_limit: Option<usize>,
+}
+
+impl EngineArgs {
+    /// The library's session options.
+    pub fn options(&self) -> effect_recon::session::SessionOptions {
+        let mut options = effect_recon::session::SessionOptions::default();
+        if let Some(n) = self.target_partitions {
+            options.target_partitions = n;
+        }
+        options.batch_size = self.batch_size;
+        options.memory_limit = self.memory_limit;
+        options
+    }
+}

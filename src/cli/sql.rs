@@ -1,0 +1,193 @@
+//! `effect-recon sql`: read-only SQL over a snapshot and, optionally, a run's outputs.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use effect_recon::config::RuleSet;
+use effect_recon::datafusion;
+use effect_recon::datafusion::prelude::SessionContext;
+use effect_recon::explore;
+use effect_recon::storage::Location;
+
+use super::{EngineArgs, Outcome};
+
+/// Output formats of `sql`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// An aligned text table.
+    Table,
+    /// CSV with a header row.
+    Csv,
+    /// One JSON object per line.
+    Json,
+    /// A Parquet file (needs --output).
+    Parquet,
+}
+
+/// Run read-only SQL over the tables ledger, status_history, receipts, rules and, with
+/// --run, discrepancies, compensation_tasks and skip_verdicts.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  effect-recon sql --snapshot demo/snapshot -c \"SELECT action, count(*) FROM ledger GROUP BY action\"\n  \
+effect-recon sql --snapshot demo/snapshot --run demo/out/run=20261129T160000Z -c \"SELECT * FROM discrepancies LIMIT 10\"\n  \
+effect-recon sql --snapshot demo/snapshot          (interactive: end each statement with ';')")]
+pub struct SqlArgs {
+    /// Snapshot folder (directory, file:// or s3:// URL).
+    #[arg(long, value_name = "DIR|URL")]
+    snapshot: String,
+    /// A run folder (<out>/run=<id>) whose outputs to register as well.
+    #[arg(long, value_name = "DIR|URL")]
+    run: Option<String>,
+    /// Rules TOML for the `rules` table (default: the embedded fixtures/rules.toml).
+    #[arg(long, value_name = "FILE")]
+    rules: Option<PathBuf>,
+    /// The statement to run.
+    #[arg(short = 'c', long = "command", value_name = "SQL", conflicts_with = "file")]
+    command: Option<String>,
+    /// A file of statements separated by ';'.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Write the result here instead of standard output (required for parquet).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// Runs `effect-recon sql`.
+pub async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
+    if args.format == Format::Parquet && args.output.is_none() {
+        bail!("--format parquet needs --output FILE");
+    }
+    let snapshot = Location::parse(&args.snapshot)?;
+    let run = args.run.as_deref().map(Location::parse).transpose()?;
+    let rules = RuleSet::load(args.rules.as_deref())?;
+    let ctx = explore::open(&snapshot, run.as_ref(), &rules, &args.engine.options()).await?;
+    match (&args.command, &args.file) {
+        (Some(sql), _) => run_statement(&ctx, sql, &args).await?,
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            for statement in split_statements(&text) {
+                run_statement(&ctx, &statement, &args).await?;
+            }
+        }
+        (None, None) => interactive(&ctx, &args).await?,
+    }
+    Ok(Outcome::Clean)
+}
+
+async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyhow::Result<()> {
+    let frame = explore::read_only_query(ctx, sql).await?;
+    let batches = frame.collect().await.map_err(|e| effect_recon::Error::query("sql", e))?;
+    match &args.output {
+        Some(path) => {
+            let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            write_batches(file, &batches, args.format)?;
+        }
+        None => write_batches(std::io::stdout().lock(), &batches, args.format)?,
+    }
+    Ok(())
+}
+
+fn write_batches<W: Write + Send>(mut out: W, batches: &[RecordBatch], format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Table => writeln!(out, "{}", pretty_format_batches(batches)?)?,
+        Format::Csv => {
+            let mut writer = datafusion::arrow::csv::WriterBuilder::new().with_header(true).build(out);
+            for batch in batches {
+                writer.write(batch)?;
+            }
+        }
+        Format::Json => {
+            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(out);
+            for batch in batches {
+                writer.write(batch)?;
+            }
+            writer.finish()?;
+        }
+        Format::Parquet => {
+            let schema = match batches.first() {
+                Some(batch) => batch.schema(),
+                None => bail!("the query returned no schema to write"),
+            };
+            let props = effect_recon::parquet_parts::writer_properties();
+            let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(out, schema, Some(props))?;
+            for batch in batches {
+                writer.write(batch)?;
+            }
+            writer.close()?;
+        }
+    }
+    Ok(())
+}
+
+/// Statements end with ';' at the end of a line.
+fn split_statements(text: &str) -> Vec<String> {
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        current.push_str(line);
+        current.push('\n');
+        if line.trim_end().ends_with(';') {
+            push_statement(&mut statements, &mut current);
+        }
+    }
+    push_statement(&mut statements, &mut current);
+    statements
+}
+
+fn push_statement(statements: &mut Vec<String>, current: &mut String) {
+    let statement = current.trim().trim_end_matches(';').trim().to_string();
+    if !statement.is_empty() && !statement.lines().all(|l| l.trim().is_empty() || l.trim().starts_with("--")) {
+        statements.push(statement);
+    }
+    current.clear();
+}
+
+async fn interactive(ctx: &SessionContext, args: &SqlArgs) -> anyhow::Result<()> {
+    let stdin = std::io::stdin();
+    let tty = stdin.is_terminal();
+    if tty {
+        eprintln!("tables: ledger, status_history, receipts, rules{}; end statements with ';', quit with \\q or Ctrl-D",
+            if args.run.is_some() { ", discrepancies, compensation_tasks, skip_verdicts" } else { "" });
+    }
+    let mut current = String::new();
+    let mut failed = false;
+    loop {
+        if tty {
+            eprint!("{}", if current.is_empty() { "effect-recon> " } else { "          ...> " });
+        }
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            break;
+        }
+        if current.is_empty() && matches!(line.trim(), "\\q" | "quit" | "exit") {
+            break;
+        }
+        current.push_str(&line);
+        if line.trim_end().ends_with(';') {
+            let mut statements = Vec::new();
+            push_statement(&mut statements, &mut current);
+            for statement in statements {
+                if let Err(e) = run_statement(ctx, &statement, args).await {
+                    eprintln!("error: {e:#}");
+                    failed = true;
+                }
+            }
+        }
+    }
+    let mut rest = Vec::new();
+    push_statement(&mut rest, &mut current);
+    for statement in rest {
+        run_statement(ctx, &statement, args).await?;
+    }
+    if failed && !tty {
+        bail!("some statements failed");
+    }
+    Ok(())
+}

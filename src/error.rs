@@ -1,0 +1,84 @@
+//! The crate's one error type.
+//!
+//! Every variant carries the thing it is about (file, column, rule, table, source), so the
+//! message alone tells an on-call engineer where to look. `main` maps any error to exit 2.
+
+use std::fmt;
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in effect-recon.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A rules file or job config that cannot be used.
+    #[error("config {path}: {message}")]
+    Config { path: String, message: String },
+
+    /// A command-line value that makes no sense (bad timestamp, `--since` after the cut, ...).
+    #[error("invalid argument {name}: {message}")]
+    Argument { name: &'static str, message: String },
+
+    /// The snapshot as a whole is unusable (no manifest, wrong format, ...).
+    #[error("snapshot {location}: {message}")]
+    Snapshot { location: String, message: String },
+
+    /// One file of a snapshot is missing, unreadable or has the wrong shape.
+    #[error("snapshot file {file}: {message}")]
+    SnapshotFile { file: String, message: String },
+
+    /// A column of a snapshot file breaks the contract (type, NULLs, duplicates).
+    #[error("snapshot file {file}, column {column}: {message}")]
+    Column { file: String, column: String, message: String },
+
+    /// Writing or publishing outputs failed.
+    #[error("output {location}: {message}")]
+    Output { location: String, message: String },
+
+    /// A database source of the exporter failed; never carries the password.
+    #[error("source {source_name} ({table}): {message}")]
+    Source { source_name: String, table: String, message: String },
+
+    /// The query engine failed; `context` says which query or step.
+    #[error("{context}: {source}")]
+    Query { context: String, #[source] source: Box<datafusion::error::DataFusionError> },
+
+    /// The memory limit of a run was exceeded.
+    #[error("out of memory under --memory-limit {limit}: {message}\nhint: raise --memory-limit or lower --target-partitions")]
+    MemoryLimit { limit: String, message: String },
+
+    /// Object store access failed.
+    #[error("object store {location}: {source}")]
+    ObjectStore { location: String, #[source] source: Box<object_store::Error> },
+
+    /// Local I/O failed.
+    #[error("{path}: {source}")]
+    Io { path: String, #[source] source: std::io::Error },
+
+    /// A ground-truth check found differences (verify).
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+impl Error {
+    /// Wraps a DataFusion error with the step it happened in.
+    pub fn query(context: impl fmt::Display, source: datafusion::error::DataFusionError) -> Self {
+        Error::Query { context: context.to_string(), source: Box::new(source) }
+    }
+
+    /// Wraps an object store error with the location it concerns.
+    pub fn store(location: impl fmt::Display, source: object_store::Error) -> Self {
+        Error::ObjectStore { location: location.to_string(), source: Box::new(source) }
+    }
+
+    /// A config error about `path`.
+    pub fn config(path: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Error::Config { path: path.to_string(), message: message.to_string() }
+    }
+
+    /// A command-line argument error.
+    pub fn argument(name: &'static str, message: impl fmt::Display) -> Self {
+        Error::Argument { name, message: message.to_string() }
+    }
+}

@@ -1,0 +1,36 @@
+//! effect-recon: a T+1 safety net for side effects lost by conditional-skip consumers.
+//!
+//! Receipts are the truth of what happened, the status history the truth of what was
+//! owed, and the idempotency ledger only explains why they differ. The crate exports
+//! those three sources into Parquet snapshots, reconciles a snapshot with DataFusion SQL
+//! and publishes discrepancies, compensation tasks and skip verdicts.
+//!
+//! # Layout
+//!
+//! * [`error`] — the crate's error type; [`time`] — instants and graces.
+//! * [`config`] — the rules TOML (and the export job config).
+//! * [`storage`] — local directories, `file://` and `s3://` behind one [`storage::Location`].
+//! * [`snapshot`] — the snapshot contract: layout, manifest, schemas, reading and writing.
+//! * [`parquet_parts`] — numbered Parquet parts with row counts and SHA-256.
+//! * [`session`] — the one place a DataFusion session is built.
+//! * [`queries`] — the SQL of `sql/`, embedded; nothing else holds SQL.
+//! * [`recon`] — `run`: the reconciliation and its outputs.
+//! * [`output`] — atomic publishing of a run (files first, manifest last).
+//! * [`explore`] — the read-only SQL session of `effect-recon sql`.
+//!
+//! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
+
+pub mod config;
+pub mod error;
+pub mod explore;
+pub mod output;
+pub mod parquet_parts;
+pub mod queries;
+pub mod recon;
+pub mod session;
+pub mod snapshot;
+pub mod storage;
+pub mod time;
+
+pub use datafusion;
+pub use error::{Error, Result};

@@ -1,0 +1,144 @@
+//! Atomic publishing of a run: table files first, `summary.json`, then `manifest.json`
+//! last and create-only. A reader that finds no manifest must treat the folder as
+//! absent, so a run that fails midway is never taken for a result.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use datafusion::arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::parquet_parts::PartWriter;
+use crate::recon::outputs::OutputTable;
+use crate::recon::summary::Summary;
+use crate::snapshot::{FileEntry, TableFiles, MANIFEST};
+use crate::storage::Location;
+
+/// Format tag of a run manifest.
+pub const RUN_FORMAT: &str = "effect-recon/run@1";
+
+/// File name of the summary.
+pub const SUMMARY: &str = "summary.json";
+
+/// `manifest.json` of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunManifest {
+    /// Always [`RUN_FORMAT`].
+    pub format: String,
+    /// The run id (folder `run=<id>`).
+    pub run_id: String,
+    /// The cut, RFC 3339.
+    pub cut: String,
+    /// Window start (exclusive), RFC 3339.
+    pub since: String,
+    /// The snapshot judged.
+    pub snapshot: String,
+    /// SHA-256 of the canonical rules.
+    pub rules_hash: String,
+    /// effect-recon version that wrote it.
+    pub version: String,
+    /// Output files per table.
+    pub tables: BTreeMap<String, TableFiles>,
+    /// The summary file.
+    pub summary: FileEntry,
+}
+
+/// Identity of a run, recorded in its manifest.
+#[derive(Debug, Clone)]
+pub struct RunIdentity {
+    /// The run id.
+    pub run_id: String,
+    /// The cut, RFC 3339.
+    pub cut: String,
+    /// Window start, RFC 3339.
+    pub since: String,
+    /// The snapshot judged.
+    pub snapshot: String,
+    /// SHA-256 of the canonical rules.
+    pub rules_hash: String,
+}
+
+/// The folder name of a run.
+pub fn run_folder(run_id: &str) -> String {
+    format!("run={run_id}")
+}
+
+/// A run folder claimed for writing.
+pub struct RunPublisher {
+    folder: Location,
+}
+
+impl RunPublisher {
+    /// Claims `<out>/run=<id>/`: refuses an existing complete run unless `replace`, and
+    /// clears leftovers of a failed or replaced run so no stale part survives.
+    pub async fn prepare(out: &Location, run_id: &str, replace: bool) -> Result<Self> {
+        let folder = out.join(&run_folder(run_id));
+        if folder.exists(MANIFEST).await? && !replace {
+            return Err(Error::Output {
+                location: folder.display(""),
+                message: format!("run '{run_id}' already exists; pass --replace to overwrite it or --run-id to choose another id"),
+            });
+        }
+        folder.delete_all().await?;
+        Ok(RunPublisher { folder })
+    }
+
+    /// Where the run is written.
+    pub fn folder(&self) -> &Location {
+        &self.folder
+    }
+
+    /// Writes the tables and summary, then the manifest; returns the manifest.
+    pub async fn publish(self, identity: &RunIdentity, tables: &[(OutputTable, &RecordBatch)], summary: &Summary) -> Result<RunManifest> {
+        let mut files = BTreeMap::new();
+        for (table, batch) in tables {
+            let mut writer = PartWriter::new(&self.folder, table.name(), table.schema());
+            writer.write(batch).await?;
+            files.insert(table.name().to_string(), TableFiles { files: writer.finish().await? });
+        }
+        let summary_json = to_json(summary, &self.folder.display(SUMMARY))?;
+        let summary_entry = FileEntry { path: SUMMARY.into(), rows: 0, sha256: hex::encode(Sha256::digest(&summary_json)) };
+        self.folder.write(SUMMARY, Bytes::from(summary_json)).await?;
+        let manifest = RunManifest {
+            format: RUN_FORMAT.into(),
+            run_id: identity.run_id.clone(),
+            cut: identity.cut.clone(),
+            since: identity.since.clone(),
+            snapshot: identity.snapshot.clone(),
+            rules_hash: identity.rules_hash.clone(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            tables: files,
+            summary: summary_entry,
+        };
+        let json = to_json(&manifest, &self.folder.display(MANIFEST))?;
+        if !self.folder.create(MANIFEST, Bytes::from(json)).await? {
+            return Err(Error::Output {
+                location: self.folder.display(MANIFEST),
+                message: "another run with this id finished first; nothing was overwritten".into(),
+            });
+        }
+        Ok(manifest)
+    }
+}
+
+/// Reads a run's manifest; a folder without one is not a (complete) run.
+pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
+    let bytes = folder.read_optional(MANIFEST).await?.ok_or_else(|| Error::Output {
+        location: folder.display(""),
+        message: "no manifest.json: not a run folder, or a run that did not finish".into(),
+    })?;
+    let manifest: RunManifest = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::Output { location: folder.display(MANIFEST), message: format!("not a run manifest: {e}") })?;
+    if manifest.format != RUN_FORMAT {
+        return Err(Error::Output { location: folder.display(MANIFEST), message: format!("format '{}', expected '{RUN_FORMAT}'", manifest.format) });
+    }
+    Ok(manifest)
+}
+
+fn to_json<T: Serialize>(value: &T, location: &str) -> Result<Vec<u8>> {
+    let mut json = serde_json::to_vec_pretty(value).map_err(|e| Error::Output { location: location.into(), message: e.to_string() })?;
+    json.push(b'\n');
+    Ok(json)
+}

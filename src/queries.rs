@@ -1,0 +1,118 @@
+//! Every SQL text of the crate, embedded at build time from `sql/`, and the helpers that
+//! run them with bound parameters. Nothing else in the crate holds SQL.
+//!
+//! Each file is one query; its file name is the view (or output) name. The recon views
+//! are registered in [`RECON_VIEWS`] order, each seeing the ones before it, with the
+//! parameters `$cut` and `$since` bound (never formatted into the text).
+
+use datafusion::arrow::array::{Array, Int64Array, RecordBatch, StringArray};
+use datafusion::common::ScalarValue;
+use datafusion::prelude::{DataFrame, SessionContext};
+
+use crate::error::{Error, Result};
+
+/// One embedded query: its name (= view name) and text.
+#[derive(Debug, Clone, Copy)]
+pub struct Query {
+    /// File stem in `sql/`, and the name it is registered under.
+    pub name: &'static str,
+    /// The exact text of `sql/<name>.sql`.
+    pub text: &'static str,
+}
+
+macro_rules! query {
+    ($name:literal) => {
+        Query { name: $name, text: include_str!(concat!("../sql/", $name, ".sql")) }
+    };
+}
+
+/// Rule due/void statuses as rows.
+pub const RULE_STATUSES: Query = query!("rule_statuses");
+/// Per (effect, order): due_at, voided.
+pub const EFFECT_DUE: Query = query!("effect_due");
+/// Per (effect, order): SUCCEEDED receipt count and first receipt.
+pub const EFFECT_RECEIPTS: Query = query!("effect_receipts");
+/// Per (effect, order): owed vs happened.
+pub const EFFECT_STATE: Query = query!("effect_state");
+/// Findings of the window before evidence.
+pub const CANDIDATES: Query = query!("candidates");
+/// Trigger outcome and evidence row per (order, event type) of a candidate.
+pub const TRIGGER_EVIDENCE: Query = query!("trigger_evidence");
+/// The discrepancies output.
+pub const DISCREPANCIES: Query = query!("discrepancies");
+/// The compensation_tasks output (reads the `discrepancies` table).
+pub const COMPENSATION_TASKS: Query = query!("compensation_tasks");
+/// The skip_verdicts output.
+pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
+/// Ledger key check.
+pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
+
+/// The intermediate views of a run, in dependency order.
+pub const RECON_VIEWS: [Query; 6] = [RULE_STATUSES, EFFECT_DUE, EFFECT_RECEIPTS, EFFECT_STATE, CANDIDATES, TRIGGER_EVIDENCE];
+
+/// Every embedded query (for tests and `--explain`).
+pub const ALL: [Query; 10] = [
+    RULE_STATUSES,
+    EFFECT_DUE,
+    EFFECT_RECEIPTS,
+    EFFECT_STATE,
+    CANDIDATES,
+    TRIGGER_EVIDENCE,
+    DISCREPANCIES,
+    COMPENSATION_TASKS,
+    SKIP_VERDICTS,
+    DUPLICATE_MSG_IDS,
+];
+
+/// A named parameter value (`$cut`, `$since`).
+pub type Param = (&'static str, ScalarValue);
+
+/// Plans `query` with `params` bound.
+pub async fn frame(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<DataFrame> {
+    let context = |e| Error::query(format!("query sql/{}.sql", query.name), e);
+    let frame = ctx.sql(query.text).await.map_err(context)?;
+    if params.is_empty() {
+        return Ok(frame);
+    }
+    let values: Vec<(&str, ScalarValue)> = params.iter().map(|(k, v)| (*k, v.clone())).collect();
+    frame.with_param_values(values).map_err(context)
+}
+
+/// Registers `query` as a view under its own name, with `params` bound.
+pub async fn register_view(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<()> {
+    let view = frame(ctx, query, params).await?.into_view();
+    ctx.register_table(query.name, view).map_err(|e| Error::query(format!("registering view {}", query.name), e))?;
+    Ok(())
+}
+
+/// Runs `query` and collects its batches.
+pub async fn collect(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<Vec<RecordBatch>> {
+    frame(ctx, query, params).await?.collect().await.map_err(|e| Error::query(format!("running sql/{}.sql", query.name), e))
+}
+
+/// A Utf8 column of a result by name.
+pub fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray> {
+    typed_column(batch, name)
+}
+
+/// An Int64 column of a result by name.
+pub fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64Array> {
+    typed_column(batch, name)
+}
+
+fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| Error::Output { location: name.to_string(), message: format!("result column '{name}' missing or of an unexpected type") })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_query_starts_with_its_contract() {
+        for query in super::ALL {
+            assert!(query.text.starts_with(&format!("-- {}:", query.name)), "sql/{}.sql lacks its header comment", query.name);
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! `run`: a snapshot and a rule set in, discrepancies, compensation tasks and skip
+//! verdicts out (DESIGN.md §5–§6).
+//!
+//! The semantics live in the SQL of `sql/`; this module binds the cut and window,
+//! executes the queries in order and hands the results to [`crate::output`].
+
+pub mod outputs;
+pub mod rules_table;
+pub mod summary;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::datasource::MemTable;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::physical_plan::collect;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+use crate::config::RuleSet;
+use crate::error::{Error, Result};
+use crate::output::{RunIdentity, RunManifest, RunPublisher};
+use crate::queries::{self, Param, Query};
+use crate::session::{self, SessionOptions};
+use crate::snapshot::{Snapshot, SnapshotStats, UTC};
+use crate::storage::Location;
+use crate::time::{format_compact, format_instant, Micros, DAY_MICROS};
+use outputs::OutputTable;
+use summary::{Summary, SUMMARY_FORMAT};
+
+/// A validated request to reconcile one snapshot.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    /// The snapshot folder.
+    pub snapshot: Location,
+    /// Where `run=<id>/` is written.
+    pub out: Location,
+    /// The rules.
+    pub rules: RuleSet,
+    /// The cut; `None` = the snapshot's own cut.
+    pub cut: Option<Micros>,
+    /// Window start; `None` = cut minus one day.
+    pub since: Option<Micros>,
+    /// Run id; `None` = the cut as `YYYYMMDDTHHMMSSZ`.
+    pub run_id: Option<String>,
+    /// Overwrite an existing run with the same id.
+    pub replace: bool,
+    /// Engine settings.
+    pub session: SessionOptions,
+    /// Keep the executed physical plans with their metrics.
+    pub explain: bool,
+}
+
+/// The window a run judges, `(since, cut]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Exclusive start.
+    pub since: Micros,
+    /// Inclusive end, and the cut of every input.
+    pub cut: Micros,
+}
+
+impl Window {
+    /// The cut and window for `snapshot_cut` and the requested bounds.
+    pub fn resolve(snapshot_cut: Micros, cut: Option<Micros>, since: Option<Micros>) -> Result<Window> {
+        let cut = cut.unwrap_or(snapshot_cut);
+        if cut > snapshot_cut {
+            return Err(Error::argument(
+                "--cut",
+                format!("{} is after the snapshot's cut {}; the snapshot has no data past its cut", format_instant(cut), format_instant(snapshot_cut)),
+            ));
+        }
+        let since = since.unwrap_or(cut - DAY_MICROS);
+        if since >= cut {
+            return Err(Error::argument("--since", format!("{} must be earlier than the cut {}", format_instant(since), format_instant(cut))));
+        }
+        Ok(Window { since, cut })
+    }
+
+    /// The bound parameters `$cut` and `$since`.
+    pub fn params(&self) -> Vec<Param> {
+        vec![
+            ("cut", ScalarValue::TimestampMicrosecond(Some(self.cut), Some(UTC.into()))),
+            ("since", ScalarValue::TimestampMicrosecond(Some(self.since), Some(UTC.into()))),
+        ]
+    }
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The summary written as `summary.json`.
+    pub summary: Summary,
+    /// The manifest written last.
+    pub manifest: RunManifest,
+    /// Where the run was written.
+    pub folder: String,
+    /// Physical plans with metrics, when asked for.
+    pub plans: Vec<(String, String)>,
+}
+
+/// The three output tables of a run, in memory.
+#[derive(Debug, Clone)]
+pub struct Outputs {
+    /// Every finding.
+    pub discrepancies: RecordBatch,
+    /// One task per BREAK.
+    pub compensation_tasks: RecordBatch,
+    /// One verdict per SKIPPED row of the window.
+    pub skip_verdicts: RecordBatch,
+    /// Physical plans with metrics (when asked for).
+    pub plans: Vec<(String, String)>,
+}
+
+/// Runs the reconciliation and publishes its outputs. `progress` receives one line per stage.
+pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunReport> {
+    let mut timings = BTreeMap::new();
+    let started = Instant::now();
+    let snapshot = Snapshot::open(&plan.snapshot).await?;
+    let window = Window::resolve(snapshot.cut(), plan.cut, plan.since)?;
+    let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
+    check_run_id(&run_id)?;
+    let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
+
+    let ctx = session::build(&plan.session)?;
+    let stats = snapshot.register(&ctx).await?;
+    let elapsed = stage(&mut timings, "validate", started);
+    progress(&format!("validated snapshot {} ({} files, {} rows) in {}", plan.snapshot.display(""), stats.files, total_rows(&stats), crate::time::format_elapsed(elapsed)));
+
+    let reconcile_started = Instant::now();
+    let outputs = reconcile(&ctx, &plan.rules, window, plan.explain).await?;
+    let elapsed = stage(&mut timings, "reconcile", reconcile_started);
+    progress(&format!("reconciled: {} findings, {} skip verdicts in {}", outputs.discrepancies.num_rows(), outputs.skip_verdicts.num_rows(), crate::time::format_elapsed(elapsed)));
+
+    let write_started = Instant::now();
+    let (findings, verdicts) = summary::count_findings(&outputs.discrepancies)?;
+    let mut summary = Summary {
+        format: SUMMARY_FORMAT.into(),
+        run_id: run_id.clone(),
+        since: format_instant(window.since),
+        cut: format_instant(window.cut),
+        findings,
+        verdicts,
+        skip_verdicts: summary::count_skip_verdicts(&outputs.skip_verdicts)?,
+        compensation_tasks: outputs.compensation_tasks.num_rows() as u64,
+        inputs: stats.rows.clone(),
+        timings_ms: BTreeMap::new(),
+    };
+    let identity = RunIdentity {
+        run_id,
+        cut: summary.cut.clone(),
+        since: summary.since.clone(),
+        snapshot: plan.snapshot.display(""),
+        rules_hash: plan.rules.hash.clone(),
+    };
+    // Timings of the write stage itself cannot be in the file it writes; the total is.
+    summary.timings_ms = timings.iter().map(|(k, v): (&String, &Duration)| (k.clone(), v.as_millis() as u64)).collect();
+    let folder = publisher.folder().display("");
+    let tables = [
+        (OutputTable::Discrepancies, &outputs.discrepancies),
+        (OutputTable::CompensationTasks, &outputs.compensation_tasks),
+        (OutputTable::SkipVerdicts, &outputs.skip_verdicts),
+    ];
+    let manifest = publisher.publish(&identity, &tables, &summary).await?;
+    let elapsed = stage(&mut timings, "write", write_started);
+    progress(&format!("wrote {folder} in {}", crate::time::format_elapsed(elapsed)));
+    summary.timings_ms = timings.iter().map(|(k, v)| (k.clone(), v.as_millis() as u64)).collect();
+    Ok(RunReport { summary, manifest, folder, plans: outputs.plans })
+}
+
+/// Computes the three outputs over the tables registered in `ctx` (snapshot tables must
+/// already be there). Used by `run`, the tests and the benches.
+pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, explain: bool) -> Result<Outputs> {
+    rules_table::register(ctx, rules)?;
+    let params = window.params();
+    for view in queries::RECON_VIEWS {
+        queries::register_view(ctx, view, &params).await?;
+    }
+    let mut plans = Vec::new();
+    let candidates = execute(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
+    // The candidates feed two later queries; computing them once keeps each input read once.
+    register_batches(ctx, queries::CANDIDATES.name, candidates)?;
+
+    let discrepancies = OutputTable::Discrepancies.conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
+    register_batches(ctx, OutputTable::Discrepancies.name(), (discrepancies.schema(), vec![discrepancies.clone()]))?;
+    let compensation_tasks =
+        OutputTable::CompensationTasks.conform(&execute(ctx, queries::COMPENSATION_TASKS, &params, explain, &mut plans).await?.1)?;
+    let skip_verdicts = OutputTable::SkipVerdicts.conform(&execute(ctx, queries::SKIP_VERDICTS, &params, explain, &mut plans).await?.1)?;
+    Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, plans })
+}
+
+async fn execute(ctx: &SessionContext, query: Query, params: &[Param], explain: bool, plans: &mut Vec<(String, String)>) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let frame = queries::frame(ctx, query, params).await?;
+    let context = |e| Error::query(format!("running sql/{}.sql", query.name), e);
+    let physical = frame.create_physical_plan().await.map_err(context)?;
+    let batches = collect(Arc::clone(&physical), ctx.task_ctx()).await.map_err(context)?;
+    if explain {
+        plans.push((query.name.to_string(), DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string()));
+    }
+    Ok((physical.schema(), batches))
+}
+
+fn register_batches(ctx: &SessionContext, name: &str, (schema, batches): (SchemaRef, Vec<RecordBatch>)) -> Result<()> {
+    let context = |e| Error::query(format!("registering {name}"), e);
+    let table = MemTable::try_new(schema, vec![batches]).map_err(context)?;
+    ctx.deregister_table(name).map_err(context)?;
+    ctx.register_table(name, Arc::new(table)).map_err(context)?;
+    Ok(())
+}
+
+fn stage(timings: &mut BTreeMap<String, Duration>, name: &str, started: Instant) -> Duration {
+    let elapsed = started.elapsed();
+    timings.insert(name.to_string(), elapsed);
+    elapsed
+}
+
+fn total_rows(stats: &SnapshotStats) -> u64 {
+    crate::snapshot::Table::ALL.iter().filter_map(|t| stats.rows.get(t.name())).sum()
+}
+
+/// Run ids name a folder: letters, digits, `-`, `_`, `.`, `:` only.
+fn check_run_id(run_id: &str) -> Result<()> {
+    let ok = !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)) && run_id != "." && run_id != "..";
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::argument("--run-id", format!("'{run_id}' may only use letters, digits, '-', '_', '.', ':'")))
+    }
+}

@@ -1,0 +1,110 @@
+//! The three output tables of DESIGN.md §6 and their exact Arrow schemas.
+//!
+//! Query results are conformed to these schemas before writing, so every file has the
+//! same types and nullability whatever plan produced it.
+
+use std::sync::Arc;
+
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::error::{Error, Result};
+use crate::snapshot::UTC;
+
+/// One output table of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputTable {
+    /// Every finding.
+    Discrepancies,
+    /// One task per BREAK finding.
+    CompensationTasks,
+    /// One verdict per SKIPPED ledger row of the window.
+    SkipVerdicts,
+}
+
+impl OutputTable {
+    /// All outputs, in writing order.
+    pub const ALL: [OutputTable; 3] = [OutputTable::Discrepancies, OutputTable::CompensationTasks, OutputTable::SkipVerdicts];
+
+    /// Table and folder name.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputTable::Discrepancies => "discrepancies",
+            OutputTable::CompensationTasks => "compensation_tasks",
+            OutputTable::SkipVerdicts => "skip_verdicts",
+        }
+    }
+
+    /// The exact schema written.
+    pub fn schema(self) -> SchemaRef {
+        let text = |name: &str, nullable: bool| Field::new(name, DataType::Utf8, nullable);
+        let time = |name: &str, nullable: bool| Field::new(name, DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())), nullable);
+        let fields = match self {
+            OutputTable::Discrepancies => vec![
+                text("finding_id", false),
+                text("effect", false),
+                Field::new("order_id", DataType::Int64, false),
+                text("class", false),
+                text("verdict", false),
+                time("due_at", true),
+                time("break_on", false),
+                text("ledger_action", true),
+                text("msg_id", true),
+                text("observed_status", true),
+                text("topic", true),
+                Field::new("kafka_partition", DataType::Int32, true),
+                Field::new("kafka_offset", DataType::Int64, true),
+                text("consumer_id", true),
+                time("decided_at", true),
+                Field::new("receipt_count", DataType::Int64, false),
+                Field::new("reorder_suspected", DataType::Boolean, false),
+                Field::new("priority", DataType::Int32, false),
+            ],
+            OutputTable::CompensationTasks => vec![
+                text("task_id", false),
+                text("effect", false),
+                Field::new("order_id", DataType::Int64, false),
+                text("class", false),
+                text("action", false),
+                text("command", true),
+                text("reopen_msg_id", true),
+                Field::new("reverse_receipt_ids", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+                Field::new("priority", DataType::Int32, false),
+                text("idempotency_key", false),
+            ],
+            OutputTable::SkipVerdicts => vec![
+                text("msg_id", false),
+                Field::new("order_id", DataType::Int64, false),
+                text("event_type", false),
+                time("decided_at", false),
+                text("verdict", false),
+            ],
+        };
+        Arc::new(Schema::new(fields))
+    }
+
+    /// One batch with exactly [`OutputTable::schema`], from query results whose columns
+    /// are in the same order (types are cast where the engine chose another encoding).
+    pub fn conform(self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let schema = self.schema();
+        let fail = |message: String| Error::Output { location: self.name().to_string(), message };
+        let mut conformed = Vec::with_capacity(batches.len());
+        for batch in batches {
+            if batch.num_columns() != schema.fields().len() {
+                return Err(fail(format!("query returned {} columns, expected {}", batch.num_columns(), schema.fields().len())));
+            }
+            let mut columns = Vec::with_capacity(batch.num_columns());
+            for (field, column) in schema.fields().iter().zip(batch.columns()) {
+                let column = if column.data_type() == field.data_type() {
+                    Arc::clone(column)
+                } else {
+                    cast(column, field.data_type()).map_err(|e| fail(format!("column {}: {e}", field.name())))?
+                };
+                columns.push(column);
+            }
+            conformed.push(RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| fail(e.to_string()))?);
+        }
+        concat_batches(&schema, &conformed).map_err(|e| fail(e.to_string()))
+    }
+}

@@ -1,0 +1,251 @@
+//! Reading a snapshot: the manifest, then every listed file validated against the
+//! contract before a single row is judged.
+//!
+//! Invariants after [`Snapshot::register`]: the session holds `ledger`, `status_history`
+//! and `receipts` with exactly the contract's column types (strings Utf8, timestamps
+//! µs UTC), built only from files the manifest lists, whose row counts match, whose
+//! non-null columns hold no NULL, and whose ledger has no duplicate `msg_id`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::Array;
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
+use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+
+use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, MANIFEST, SNAPSHOT_FORMAT};
+use crate::error::{Error, Result};
+use crate::storage::Location;
+use crate::time::{parse_instant, Micros};
+
+/// An opened snapshot: its location and its parsed manifest.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    location: Location,
+    manifest: SnapshotManifest,
+    cut: Micros,
+}
+
+/// What a snapshot holds, for summaries.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct SnapshotStats {
+    /// Rows per table name (and per `receipts/<source>`).
+    pub rows: BTreeMap<String, u64>,
+    /// Number of files read.
+    pub files: usize,
+}
+
+impl Snapshot {
+    /// Reads and checks `manifest.json`; a folder without one is an incomplete snapshot.
+    pub async fn open(location: &Location) -> Result<Self> {
+        let err = |message: String| Error::Snapshot { location: location.display(""), message };
+        let bytes = location.read_optional(MANIFEST).await?.ok_or_else(|| {
+            err("no manifest.json: not a snapshot, or an incomplete one (the manifest is written last)".into())
+        })?;
+        let manifest: SnapshotManifest =
+            serde_json::from_slice(&bytes).map_err(|e| err(format!("manifest.json is not a valid snapshot manifest: {e}")))?;
+        if manifest.format != SNAPSHOT_FORMAT {
+            return Err(err(format!("manifest.json has format '{}', expected '{SNAPSHOT_FORMAT}'", manifest.format)));
+        }
+        let cut = parse_instant(&manifest.cut).map_err(|e| err(format!("manifest.json cut: {e}")))?;
+        for name in manifest.tables.keys() {
+            if Table::from_name(name).is_none() {
+                return Err(err(format!("manifest.json lists unknown table '{name}'")));
+            }
+        }
+        for table in Table::ALL {
+            let files = manifest.tables.get(table.name()).map(|t| t.files.as_slice()).unwrap_or_default();
+            if files.is_empty() {
+                return Err(err(format!("manifest.json lists no files for table '{}'", table.name())));
+            }
+            for file in files {
+                check_path(table, &file.path).map_err(|m| Error::SnapshotFile { file: location.display(&file.path), message: m })?;
+            }
+        }
+        Ok(Snapshot { location: location.clone(), manifest, cut })
+    }
+
+    /// The snapshot's logical cut.
+    pub fn cut(&self) -> Micros {
+        self.cut
+    }
+
+    /// Where the snapshot lives.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The parsed manifest.
+    pub fn manifest(&self) -> &SnapshotManifest {
+        &self.manifest
+    }
+
+    /// The files listed for `table`.
+    pub fn files(&self, table: Table) -> &[FileEntry] {
+        self.manifest.tables.get(table.name()).map(|t| t.files.as_slice()).unwrap_or_default()
+    }
+
+    /// Validates every listed file and registers `ledger`, `status_history` and `receipts`.
+    pub async fn register(&self, ctx: &SessionContext) -> Result<SnapshotStats> {
+        ctx.register_object_store(self.location.store_url(), Arc::clone(self.location.store()));
+        let mut stats = SnapshotStats::default();
+        for table in Table::ALL {
+            let mut groups: Vec<(SchemaRef, Vec<String>)> = Vec::new();
+            let mut table_rows = 0;
+            for file in self.files(table) {
+                let schema = self.validate_file(table, file).await?;
+                table_rows += file.rows;
+                if table == Table::Receipts {
+                    let source = file.path.split('/').nth(1).unwrap_or("default");
+                    *stats.rows.entry(format!("receipts/{source}")).or_default() += file.rows;
+                }
+                let url = self.location.url(&file.path);
+                match groups.iter_mut().find(|(s, _)| same_types(s, &schema)) {
+                    Some((_, urls)) => urls.push(url),
+                    None => groups.push((schema, vec![url])),
+                }
+                stats.files += 1;
+            }
+            stats.rows.insert(table.name().to_string(), table_rows);
+            let frame = self.table_frame(ctx, table, groups).await?;
+            ctx.register_table(table.name(), frame.into_view())
+                .map_err(|e| Error::query(format!("registering table {}", table.name()), e))?;
+        }
+        check_unique_msg_ids(ctx).await?;
+        Ok(stats)
+    }
+
+    /// Opens one file's footer and checks rows, columns, types and NULLs; returns its schema.
+    async fn validate_file(&self, table: Table, file: &FileEntry) -> Result<SchemaRef> {
+        let shown = self.location.display(&file.path);
+        let fail = |message: String| Error::SnapshotFile { file: shown.clone(), message };
+        let path = self.location.path(&file.path);
+        let meta = match self.location.store().head(&path).await {
+            Ok(meta) => meta,
+            Err(object_store::Error::NotFound { .. }) => return Err(fail("listed in manifest.json but absent".into())),
+            Err(e) => return Err(Error::store(&shown, e)),
+        };
+        let reader = ParquetObjectReader::new(Arc::clone(self.location.store()), path).with_file_size(meta.size);
+        let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| fail(format!("unreadable Parquet: {e}")))?;
+        let rows = builder.metadata().file_metadata().num_rows();
+        if rows < 0 || rows as u64 != file.rows {
+            return Err(fail(format!("holds {rows} rows but manifest.json says {}", file.rows)));
+        }
+        let schema = Arc::clone(builder.schema());
+        for spec in table.columns() {
+            let column_error = |message: String| Error::Column { file: shown.clone(), column: spec.name.to_string(), message };
+            let field = schema.field_with_name(spec.name).map_err(|_| column_error(format!("missing (table {} needs it)", table.name())))?;
+            if !spec.kind.accepts(field.data_type()) {
+                return Err(column_error(format!("has type {}, expected {}", field.data_type(), spec.kind.describe())));
+            }
+            if !spec.nullable && field.is_nullable() {
+                if let Some(row) = first_null_row(&builder, &self.location, &file.path, meta.size, spec).await.map_err(fail)? {
+                    return Err(column_error(format!("row {row} is NULL; the column must not be NULL")));
+                }
+            }
+        }
+        Ok(schema)
+    }
+
+    /// One DataFrame over all files of `table`, normalised to the contract types.
+    async fn table_frame(&self, ctx: &SessionContext, table: Table, groups: Vec<(SchemaRef, Vec<String>)>) -> Result<DataFrame> {
+        let context = |e| Error::query(format!("reading table {}", table.name()), e);
+        let mut frames = Vec::new();
+        for (schema, urls) in groups {
+            let paths = urls.iter().map(ListingTableUrl::parse).collect::<Result<Vec<_>, _>>().map_err(context)?;
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+            let config = ListingTableConfig::new_with_multi_paths(paths).with_listing_options(options).with_schema(Arc::clone(&schema));
+            let provider = ListingTable::try_new(config).map_err(context)?;
+            let frame = ctx.read_table(Arc::new(provider)).map_err(context)?;
+            let columns: Vec<Expr> = table.columns().iter().map(|spec| normalised(&schema, spec)).collect();
+            frames.push(frame.select(columns).map_err(context)?);
+        }
+        let mut frames = frames.into_iter();
+        let first = frames.next().ok_or_else(|| Error::Snapshot { location: self.location.display(""), message: format!("no files for {}", table.name()) })?;
+        frames.try_fold(first, |all, next| all.union(next).map_err(context))
+    }
+}
+
+/// Paths must stay inside the snapshot and in the table's own folder.
+fn check_path(table: Table, path: &str) -> Result<(), String> {
+    if path.starts_with('/') || path.split('/').any(|p| p == ".." || p == "." || p.is_empty()) {
+        return Err("path in manifest.json must be relative to the snapshot, without '.', '..' or empty parts".into());
+    }
+    let folder = format!("{}/", table.name());
+    if !path.starts_with(&folder) {
+        return Err(format!("listed under table '{}' but not in its folder {folder}", table.name()));
+    }
+    if table == Table::Receipts && path.split('/').count() < 3 {
+        return Err("receipt files live in receipts/<source>/".into());
+    }
+    Ok(())
+}
+
+/// Two file schemas can share one scan when their column types agree.
+fn same_types(a: &Schema, b: &Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
+}
+
+/// The column cast to the contract type when the file uses another accepted type.
+fn normalised(schema: &Schema, spec: &ColumnSpec) -> Expr {
+    let wanted = spec.kind.data_type();
+    let found = schema.field_with_name(spec.name).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+    if found == wanted {
+        ident(spec.name)
+    } else {
+        cast(ident(spec.name), wanted).alias(spec.name)
+    }
+}
+
+/// Row index of the first NULL of a column that must not have any. Row-group statistics
+/// answer without reading data when they say zero; otherwise the column is scanned.
+async fn first_null_row(
+    builder: &ParquetRecordBatchStreamBuilder<ParquetObjectReader>,
+    location: &Location,
+    relative: &str,
+    size: u64,
+    spec: &ColumnSpec,
+) -> Result<Option<u64>, String> {
+    let metadata = builder.metadata();
+    let Some(index) = builder.schema().index_of(spec.name).ok() else { return Ok(None) };
+    let stats_say_none = metadata.row_groups().iter().all(|rg| {
+        rg.columns().get(index).and_then(|c| c.statistics()).and_then(|s| s.null_count_opt()) == Some(0)
+    });
+    if stats_say_none {
+        return Ok(None);
+    }
+    let reader = ParquetObjectReader::new(Arc::clone(location.store()), location.path(relative)).with_file_size(size);
+    let scan = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let mask = ProjectionMask::roots(scan.parquet_schema(), [index]);
+    let mut stream = scan.with_projection(mask).build().map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let mut row = 0u64;
+    while let Some(batch) = stream.try_next().await.map_err(|e| format!("unreadable Parquet: {e}"))? {
+        let column = batch.column(0);
+        if column.null_count() > 0 {
+            let offset = (0..column.len()).find(|&i| column.is_null(i)).unwrap_or(0);
+            return Ok(Some(row + offset as u64));
+        }
+        row += batch.num_rows() as u64;
+    }
+    Ok(None)
+}
+
+/// `msg_id` is the ledger's key: a duplicate means two decisions for one message.
+async fn check_unique_msg_ids(ctx: &SessionContext) -> Result<()> {
+    let batches = crate::queries::collect(ctx, crate::queries::DUPLICATE_MSG_IDS, &[]).await?;
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
+    let ids = crate::queries::string_column(batch, "msg_id")?;
+    let counts = crate::queries::int64_column(batch, "copies")?;
+    Err(Error::Column {
+        file: "ledger".into(),
+        column: "msg_id".into(),
+        message: format!("duplicate msg_id '{}' ({} rows); msg_id must be unique", ids.value(0), counts.value(0)),
+    })
+}

@@ -1,0 +1,120 @@
+//! Writing a snapshot: table parts first, `manifest.json` last and create-only.
+//!
+//! Both `gen` and `export` write through this module, which is what makes their
+//! snapshots indistinguishable to `run`.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_FORMAT};
+use crate::error::{Error, Result};
+use crate::parquet_parts::PartWriter;
+use crate::storage::Location;
+use crate::time::{format_instant, Micros};
+
+/// A snapshot being written. Nothing is visible to readers until [`SnapshotWriter::finish`].
+pub struct SnapshotWriter {
+    location: Location,
+    cut: Micros,
+    created_by: String,
+    files: BTreeMap<Table, Vec<FileEntry>>,
+}
+
+impl SnapshotWriter {
+    /// Starts a snapshot at `location`; refuses a folder that already holds a complete one.
+    pub async fn create(location: &Location, cut: Micros, created_by: &str) -> Result<Self> {
+        if location.exists(MANIFEST).await? {
+            return Err(Error::Snapshot {
+                location: location.display(""),
+                message: "already holds a complete snapshot (manifest.json exists); choose another folder".into(),
+            });
+        }
+        Ok(SnapshotWriter { location: location.clone(), cut, created_by: created_by.to_string(), files: BTreeMap::new() })
+    }
+
+    /// The folder being written.
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The logical cut of the snapshot.
+    pub fn cut(&self) -> Micros {
+        self.cut
+    }
+
+    /// A writer for one table. Receipts need a `source` (`points`, `wms`, ...), which names
+    /// their folder `receipts/<source>/`; for the other tables a `source` only prefixes the
+    /// file names (`ledger/<source>-part-00000.parquet`) so several sources can share a table.
+    pub fn table(&self, table: Table, source: Option<&str>) -> TableWriter {
+        let parts = match (table, source) {
+            (Table::Receipts, source) => {
+                PartWriter::new(&self.location, &format!("receipts/{}", source.unwrap_or("default")), table.schema())
+            }
+            (other, None) => PartWriter::new(&self.location, other.name(), table.schema()),
+            (other, Some(source)) => PartWriter::new(&self.location, other.name(), table.schema()).with_file_stem(source),
+        };
+        TableWriter { table, parts }
+    }
+
+    /// Records the files a finished [`TableWriter`] wrote.
+    pub fn add(&mut self, table: Table, files: Vec<FileEntry>) {
+        self.files.entry(table).or_default().extend(files);
+    }
+
+    /// Writes `manifest.json` (create-only) and returns it; the snapshot is complete.
+    pub async fn finish(self) -> Result<SnapshotManifest> {
+        let mut tables = BTreeMap::new();
+        for table in Table::ALL {
+            let files = self.files.get(&table).cloned().unwrap_or_default();
+            tables.insert(table.name().to_string(), TableFiles { files });
+        }
+        let manifest = SnapshotManifest {
+            format: SNAPSHOT_FORMAT.to_string(),
+            cut: format_instant(self.cut),
+            tables,
+            created_by: Some(self.created_by.clone()),
+        };
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output { location: self.location.display(MANIFEST), message: e.to_string() })?;
+        if !self.location.create(MANIFEST, Bytes::from(json)).await? {
+            return Err(Error::Snapshot { location: self.location.display(""), message: "manifest.json appeared while writing; another writer is using this folder".into() });
+        }
+        Ok(manifest)
+    }
+}
+
+/// Streams batches of one table into Parquet parts with the contract schema.
+pub struct TableWriter {
+    table: Table,
+    parts: PartWriter,
+}
+
+impl TableWriter {
+    /// Smaller files (tests, chunked exports).
+    pub fn with_rows_per_file(mut self, rows: usize) -> Self {
+        self.parts = self.parts.with_rows_per_file(rows);
+        self
+    }
+
+    /// The table written.
+    pub fn table(&self) -> Table {
+        self.table
+    }
+
+    /// Appends a batch; its schema must be the contract's.
+    pub async fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.schema().fields() != self.parts.schema().fields() {
+            return Err(Error::Output {
+                location: self.table.name().to_string(),
+                message: format!("batch schema {:?} is not the contract schema", batch.schema()),
+            });
+        }
+        self.parts.write(batch).await
+    }
+
+    /// Closes the last part and returns the files for the manifest.
+    pub async fn finish(self) -> Result<Vec<FileEntry>> {
+        self.parts.finish().await
+    }
+}
