@@ -61,7 +61,7 @@ impl Location {
     pub fn join(&self, child: &str) -> Self {
         let mut prefix = self.prefix.clone();
         for part in child.split('/').filter(|p| !p.is_empty()) {
-            prefix = prefix.child(part);
+            prefix = prefix.join(part);
         }
         Location {
             store: Arc::clone(&self.store),
@@ -85,7 +85,7 @@ impl Location {
     pub fn path(&self, relative: &str) -> Path {
         let mut path = self.prefix.clone();
         for part in relative.split('/').filter(|p| !p.is_empty()) {
-            path = path.child(part);
+            path = path.join(part);
         }
         path
     }

@@ -6,6 +6,10 @@
 //! µs UTC), built only from files the manifest lists, whose row counts match, whose
 //! non-null columns hold no NULL, and whose ledger has no duplicate `msg_id`.
 
+// ParquetObjectReader is deprecated in parquet 59 in favour of hand-written readers; it
+// still does exactly what validation needs (a footer and one column through object_store).
+#![allow(deprecated)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -170,6 +174,29 @@ impl Snapshot {
         let first = frames.next().ok_or_else(|| Error::Snapshot { location: self.location.display(""), message: format!("no files for {}", table.name()) })?;
         frames.try_fold(first, |all, next| all.union(next).map_err(context))
     }
+}
+
+/// Casts the contract columns of `frame` to the contract types of `table` and drops the
+/// rest — the same normalisation `register` applies to Parquet files. Used where inputs
+/// are built in SQL (the sqllogictest harness).
+pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
+    let schema = Schema::from(frame.schema().as_arrow().clone());
+    for spec in table.columns() {
+        let field = schema.field_with_name(spec.name).map_err(|_| Error::Column {
+            file: table.name().into(),
+            column: spec.name.into(),
+            message: "missing".into(),
+        })?;
+        if !spec.kind.accepts(field.data_type()) {
+            return Err(Error::Column {
+                file: table.name().into(),
+                column: spec.name.into(),
+                message: format!("has type {}, expected {}", field.data_type(), spec.kind.describe()),
+            });
+        }
+    }
+    let columns: Vec<Expr> = table.columns().iter().map(|spec| normalised(&schema, spec)).collect();
+    frame.select(columns).map_err(|e| Error::query(format!("conforming {}", table.name()), e))
 }
 
 /// Paths must stay inside the snapshot and in the table's own folder.

@@ -1,1 +1,15 @@
+//! The one integration test binary (every extra `tests/*.rs` would relink DataFusion).
+//!
+//! * `common`       — shared helpers: the tiny fixture, running, formatting outputs.
+//! * `slt`          — sqllogictest files of `tests/slt/` against the exact text of `sql/`.
+//! * `fixture`      — `run` on the committed tiny snapshot equals the hand-checked outputs.
+//! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
+//! * `bad_input`    — every kind of bad input gets its own clear error and no manifest.
+//! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 
+mod bad_input;
+mod cli;
+mod common;
+mod differential;
+mod fixture;
+mod slt;

@@ -1,0 +1,212 @@
+//! Every kind of bad input gets its own clear error naming the file, column or rule,
+//! and no run manifest is written.
+
+use std::path::Path;
+
+use effect_recon::config::RuleSet;
+use effect_recon::datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use effect_recon::datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use effect_recon::datafusion::parquet::arrow::ArrowWriter;
+use std::sync::Arc;
+
+use super::common::*;
+
+/// A writable copy of the tiny snapshot.
+fn copy_tiny() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("snapshot");
+    for (name, bytes) in tree_bytes(&repo("fixtures/tiny/snapshot")) {
+        let path = target.join(name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    (dir, target)
+}
+
+/// Runs on `snapshot` and returns the error text; asserts no run manifest appeared.
+async fn run_error(snapshot: &Path) -> String {
+    run_error_with(snapshot, |_| {}).await
+}
+
+async fn run_error_with(snapshot: &Path, adjust: impl FnOnce(&mut effect_recon::recon::RunPlan)) -> String {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = effect_recon::storage::Location::parse(out_dir.path().to_str().unwrap()).unwrap();
+    let location = effect_recon::storage::Location::parse(snapshot.to_str().unwrap()).unwrap();
+    let mut plan = plan(&location, &out);
+    adjust(&mut plan);
+    let err = run(&plan).await.expect_err("bad input must fail");
+    let manifests: Vec<_> = tree_bytes(out_dir.path()).into_iter().filter(|(n, _)| n.ends_with("manifest.json")).collect();
+    assert!(manifests.is_empty(), "a failed run wrote a manifest");
+    err.to_string()
+}
+
+/// Rewrites the ledger file with one batch and fixes the manifest's row count and hash.
+fn replace_ledger(snapshot: &Path, batch: &RecordBatch) {
+    let path = snapshot.join("ledger/part-00000.parquet");
+    let mut bytes = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let manifest_path = snapshot.join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["tables"]["ledger"]["files"][0]["rows"] = serde_json::json!(batch.num_rows());
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+}
+
+/// A one-row ledger batch; `change` may swap columns and fields.
+fn ledger_batch(change: impl FnOnce(&mut Vec<Field>, &mut Vec<ArrayRef>)) -> RecordBatch {
+    let schema = effect_recon::snapshot::Table::Ledger.schema();
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let text = |v: &str| Arc::new(StringArray::from(vec![Some(v), Some(v)])) as ArrayRef;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec!["m-1", "m-2"])),
+        Arc::new(Int64Array::from(vec![1, 2])),
+        text("ORDER_PAID"),
+        text("PAID"),
+        text("DONE"),
+        text("PAID"),
+        text("order-event"),
+        Arc::new(Int32Array::from(vec![1, 1])),
+        Arc::new(Int64Array::from(vec![10, 11])),
+        text("consumer-0"),
+        Arc::new(TimestampMillisecondArray::from(vec![1_764_400_000_000, 1_764_400_000_000])),
+    ];
+    fields[10] = Field::new("decided_at", DataType::Timestamp(TimeUnit::Millisecond, None), true);
+    change(&mut fields, &mut columns);
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+}
+
+#[tokio::test]
+async fn missing_manifest() {
+    let (_dir, snapshot) = copy_tiny();
+    std::fs::remove_file(snapshot.join("manifest.json")).unwrap();
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("no manifest.json"), "{err}");
+}
+
+#[tokio::test]
+async fn listed_file_absent() {
+    let (_dir, snapshot) = copy_tiny();
+    std::fs::remove_file(snapshot.join("status_history/part-00000.parquet")).unwrap();
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("status_history/part-00000.parquet") && err.contains("absent"), "{err}");
+}
+
+#[tokio::test]
+async fn listed_file_unreadable() {
+    let (_dir, snapshot) = copy_tiny();
+    std::fs::write(snapshot.join("receipts/wms/part-00000.parquet"), b"not parquet at all").unwrap();
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("receipts/wms/part-00000.parquet") && err.contains("unreadable Parquet"), "{err}");
+}
+
+#[tokio::test]
+async fn row_count_differs_from_manifest() {
+    let (_dir, snapshot) = copy_tiny();
+    let manifest_path = snapshot.join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    manifest["tables"]["status_history"]["files"][0]["rows"] = serde_json::json!(999);
+    std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("status_history/part-00000.parquet") && err.contains("manifest.json says 999"), "{err}");
+}
+
+#[tokio::test]
+async fn column_with_wrong_type() {
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|fields, columns| {
+        fields[1] = Field::new("order_id", DataType::Utf8, true);
+        columns[1] = Arc::new(StringArray::from(vec!["1", "2"]));
+    }));
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("ledger/part-00000.parquet") && err.contains("column order_id") && err.contains("expected Int64"), "{err}");
+}
+
+#[tokio::test]
+async fn column_missing() {
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|fields, columns| {
+        fields.remove(4);
+        columns.remove(4);
+    }));
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("column action") && err.contains("missing"), "{err}");
+}
+
+#[tokio::test]
+async fn null_order_id() {
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|_, columns| columns[1] = Arc::new(Int64Array::from(vec![Some(1), None]))));
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("column order_id") && err.contains("row 1 is NULL"), "{err}");
+}
+
+#[tokio::test]
+async fn null_msg_id() {
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|_, columns| columns[0] = Arc::new(StringArray::from(vec![None, Some("m-2")]))));
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("column msg_id") && err.contains("row 0 is NULL"), "{err}");
+}
+
+#[tokio::test]
+async fn duplicate_msg_id() {
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|_, columns| columns[0] = Arc::new(StringArray::from(vec!["m-1", "m-1"]))));
+    let err = run_error(&snapshot).await;
+    assert!(err.contains("duplicate msg_id 'm-1'") && err.contains("2 rows"), "{err}");
+}
+
+#[tokio::test]
+async fn other_timestamp_units_and_naive_zones_are_accepted() {
+    // The helper writes decided_at as a naive millisecond timestamp: accepted, read as UTC.
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|_, _| {}));
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = effect_recon::storage::Location::parse(out_dir.path().to_str().unwrap()).unwrap();
+    let location = effect_recon::storage::Location::parse(snapshot.to_str().unwrap()).unwrap();
+    run(&plan(&location, &out)).await.unwrap();
+}
+
+fn rules_error(text: &str) -> String {
+    RuleSet::parse(text, "bad-rules.toml").unwrap_err().to_string()
+}
+
+const GOOD_RULE: &str = "[[rule]]\neffect='points_grant'\ntrigger_event='ORDER_PAID'\ndue_status='PAID'\ngrace='30m'\ncompensation='GRANT_POINTS'\npriority=1\n";
+
+#[test]
+fn unknown_rule_field() {
+    let err = rules_error(&format!("{GOOD_RULE}colour='red'\n"));
+    assert!(err.contains("bad-rules.toml") && err.contains("unknown field") && err.contains("colour"), "{err}");
+}
+
+#[test]
+fn bad_grace() {
+    let err = rules_error(&GOOD_RULE.replace("30m", "30 minutes"));
+    assert!(err.contains("rule 1") && err.contains("grace") && err.contains("30 minutes"), "{err}");
+}
+
+#[test]
+fn two_rules_for_one_effect() {
+    let err = rules_error(&format!("{GOOD_RULE}{GOOD_RULE}"));
+    assert!(err.contains("rule 2") && err.contains("points_grant") && err.contains("two rules"), "{err}");
+}
+
+#[tokio::test]
+async fn since_not_before_cut() {
+    let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| {
+        plan.since = Some(effect_recon::time::parse_instant(TINY_CUT).unwrap());
+    })
+    .await;
+    assert!(err.contains("--since") && err.contains("must be earlier than the cut"), "{err}");
+}
+
+#[tokio::test]
+async fn cut_after_the_snapshot_cut() {
+    let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| {
+        plan.cut = Some(effect_recon::time::parse_instant("2026-11-30T00:00:00Z").unwrap());
+    })
+    .await;
+    assert!(err.contains("--cut") && err.contains("after the snapshot's cut"), "{err}");
+}

@@ -1,0 +1,95 @@
+//! The binary: exit codes a scheduler can act on, a readable summary, read-only `sql`.
+
+use std::process::{Command, Output};
+
+use super::common::*;
+
+fn effect_recon(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().expect("the binary runs")
+}
+
+fn text(output: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn run_exits_1_on_breaks_only_when_asked_and_prints_the_summary() {
+    let out = tempfile::tempdir().unwrap();
+    let snapshot = repo("fixtures/tiny/snapshot");
+    let args = ["run", "--snapshot", snapshot.to_str().unwrap(), "--out", out.path().to_str().unwrap()];
+    let first = effect_recon(&args);
+    let (stdout, stderr) = text(&first);
+    assert_eq!(first.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("SKIPPED_BUT_DUE") && stdout.contains("skip verdicts: WRONG 3"), "{stdout}");
+    assert!(stderr.contains("validated snapshot"), "progress goes to stderr: {stderr}");
+
+    let mut again: Vec<&str> = args.to_vec();
+    again.extend(["--replace", "--fail-on-breaks"]);
+    assert_eq!(effect_recon(&again).status.code(), Some(1));
+
+    let refused = effect_recon(&args);
+    let (_, stderr) = text(&refused);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr.contains("already exists"), "{stderr}");
+}
+
+#[test]
+fn run_on_a_missing_snapshot_exits_2_with_a_clear_message() {
+    let out = tempfile::tempdir().unwrap();
+    let output = effect_recon(&["run", "--snapshot", "/nonexistent/snapshot", "--out", out.path().to_str().unwrap()]);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr.contains("/nonexistent/snapshot") && stderr.contains("no manifest.json"), "{stderr}");
+}
+
+#[test]
+fn sql_queries_snapshot_and_run_outputs_in_every_format() {
+    let out = tempfile::tempdir().unwrap();
+    let snapshot = repo("fixtures/tiny/snapshot");
+    let snapshot = snapshot.to_str().unwrap();
+    assert_eq!(effect_recon(&["run", "-q", "--snapshot", snapshot, "--out", out.path().to_str().unwrap()]).status.code(), Some(0));
+    let run = out.path().join("run=20261129T160000Z");
+    let run = run.to_str().unwrap();
+    let query = "SELECT class, count(*) AS n FROM discrepancies WHERE verdict = 'BREAK' GROUP BY class ORDER BY class";
+
+    let table = effect_recon(&["sql", "--snapshot", snapshot, "--run", run, "-c", query]);
+    let (stdout, stderr) = text(&table);
+    assert_eq!(table.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("| SKIPPED_BUT_DUE  | 4 |"), "{stdout}");
+
+    let csv = effect_recon(&["sql", "--snapshot", snapshot, "--run", run, "--format", "csv", "-c", query]);
+    assert!(text(&csv).0.starts_with("class,n\nDONE_NO_RECEIPT,2\n"), "{}", text(&csv).0);
+
+    let json = effect_recon(&["sql", "--snapshot", snapshot, "--format", "json", "-c", "SELECT count(*) AS n FROM ledger"]);
+    assert_eq!(text(&json).0.trim(), r#"{"n":25}"#);
+
+    let parquet = out.path().join("result.parquet");
+    let written = effect_recon(&["sql", "--snapshot", snapshot, "--format", "parquet", "-o", parquet.to_str().unwrap(), "-c", "SELECT * FROM ledger ORDER BY msg_id"]);
+    assert_eq!(written.status.code(), Some(0), "{}", text(&written).1);
+    assert!(std::fs::read(&parquet).unwrap().starts_with(b"PAR1"));
+}
+
+#[test]
+fn sql_refuses_to_change_anything() {
+    let snapshot = repo("fixtures/tiny/snapshot");
+    for statement in [
+        "CREATE TABLE x AS SELECT 1",
+        "INSERT INTO ledger SELECT * FROM ledger",
+        "COPY ledger TO '/tmp/effect-recon-copy.csv'",
+        "DROP TABLE ledger",
+        "SET datafusion.execution.batch_size = 1",
+    ] {
+        let output = effect_recon(&["sql", "--snapshot", snapshot.to_str().unwrap(), "-c", statement]);
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{statement}: {stderr}");
+        assert!(stderr.contains("read-only"), "{statement}: {stderr}");
+    }
+}
+
+#[test]
+fn help_lists_every_command() {
+    let (stdout, _) = text(&effect_recon(&["--help"]));
+    for command in ["run", "sql"] {
+        assert!(stdout.contains(command), "{stdout}");
+    }
+}
