@@ -64,8 +64,7 @@ impl Summary {
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str(&format!("run {}  window ({}, {}]\n", self.run_id, self.since, self.cut));
-        let inputs: Vec<String> = self.inputs.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        out.push_str(&format!("rows read: {}\n", inputs.join(", ")));
+        out.push_str(&format!("rows read: {}\n", self.render_inputs()));
         if self.findings.is_empty() {
             out.push_str("findings: none\n");
         } else {
@@ -92,9 +91,28 @@ impl Summary {
             .collect();
         out.push_str(&format!("skip verdicts: {}\n", skips.join(", ")));
         out.push_str(&format!("compensation tasks: {}\n", self.compensation_tasks));
-        let timings: Vec<String> = self.timings_ms.iter().map(|(k, v)| format!("{k} {v}ms")).collect();
+        let timings: Vec<String> = STAGES
+            .iter()
+            .filter_map(|stage| self.timings_ms.get(*stage).map(|ms| format!("{stage} {ms}ms")))
+            .collect();
         out.push_str(&format!("time: {}\n", timings.join(", ")));
         out
+    }
+}
+
+/// The stages of a run, in the order they happen.
+pub const STAGES: [&str; 3] = ["validate", "reconcile", "write"];
+
+impl Summary {
+    /// `ledger 25, status_history 33, receipts 31 (logistics 3, points 15, wms 13)`.
+    fn render_inputs(&self) -> String {
+        let rows = |name: &str| self.inputs.get(name).copied().unwrap_or(0);
+        let sources: Vec<String> = self
+            .inputs
+            .iter()
+            .filter_map(|(name, rows)| name.strip_prefix("receipts/").map(|source| format!("{source} {rows}")))
+            .collect();
+        format!("ledger {}, status_history {}, receipts {} ({})", rows("ledger"), rows("status_history"), rows("receipts"), sources.join(", "))
     }
 }
 
