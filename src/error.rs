@@ -44,9 +44,9 @@ pub enum Error {
     #[error("{context}: {source}")]
     Query { context: String, #[source] source: Box<datafusion::error::DataFusionError> },
 
-    /// The memory limit of a run was exceeded.
-    #[error("out of memory under --memory-limit {limit}: {message}\nhint: raise --memory-limit or lower --target-partitions")]
-    MemoryLimit { limit: String, message: String },
+    /// The engine ran out of the memory `--memory-limit` grants.
+    #[error("{context}: out of memory under --memory-limit: {message}\nhint: raise --memory-limit (e.g. 4GiB), or lower --target-partitions so fewer operators hold memory at once")]
+    MemoryLimit { context: String, message: String },
 
     /// Object store access failed.
     #[error("object store {location}: {source}")]
@@ -64,6 +64,9 @@ pub enum Error {
 impl Error {
     /// Wraps a DataFusion error with the step it happened in.
     pub fn query(context: impl fmt::Display, source: datafusion::error::DataFusionError) -> Self {
+        if let datafusion::error::DataFusionError::ResourcesExhausted(message) = source.find_root() {
+            return Error::MemoryLimit { context: context.to_string(), message: message.clone() };
+        }
         Error::Query { context: context.to_string(), source: Box::new(source) }
     }
 

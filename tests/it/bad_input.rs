@@ -210,3 +210,9 @@ async fn cut_after_the_snapshot_cut() {
     .await;
     assert!(err.contains("--cut") && err.contains("after the snapshot's cut"), "{err}");
 }
+
+#[tokio::test]
+async fn memory_limit_too_small_is_a_clear_error_not_an_abort() {
+    let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| plan.session.memory_limit = Some(1024)).await;
+    assert!(err.contains("out of memory under --memory-limit") && err.contains("hint: raise --memory-limit"), "{err}");
+}
