@@ -34,6 +34,8 @@ pub const EFFECT_DUE: Query = query!("effect_due");
 pub const EFFECT_RECEIPTS: Query = query!("effect_receipts");
 /// Per (effect, order): owed vs happened.
 pub const EFFECT_STATE: Query = query!("effect_state");
+/// Possible findings, from one pass over effect_state.
+pub const SUSPECTS: Query = query!("suspects");
 /// Findings of the window before evidence.
 pub const CANDIDATES: Query = query!("candidates");
 /// Trigger outcome and evidence row per (order, event type) of a candidate.
@@ -48,14 +50,15 @@ pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 
 /// The intermediate views of a run, in dependency order.
-pub const RECON_VIEWS: [Query; 6] = [RULE_STATUSES, EFFECT_DUE, EFFECT_RECEIPTS, EFFECT_STATE, CANDIDATES, TRIGGER_EVIDENCE];
+pub const RECON_VIEWS: [Query; 7] = [RULE_STATUSES, EFFECT_DUE, EFFECT_RECEIPTS, EFFECT_STATE, SUSPECTS, CANDIDATES, TRIGGER_EVIDENCE];
 
 /// Every embedded query (for tests and `--explain`).
-pub const ALL: [Query; 10] = [
+pub const ALL: [Query; 11] = [
     RULE_STATUSES,
     EFFECT_DUE,
     EFFECT_RECEIPTS,
     EFFECT_STATE,
+    SUSPECTS,
     CANDIDATES,
     TRIGGER_EVIDENCE,
     DISCREPANCIES,

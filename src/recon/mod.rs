@@ -180,9 +180,12 @@ pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, ex
         queries::register_view(ctx, view, &params).await?;
     }
     let mut plans = Vec::new();
-    let candidates = execute(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
-    // The candidates feed two later queries; computing them once keeps each input read once.
-    register_batches(ctx, queries::CANDIDATES.name, candidates)?;
+    // Suspects and candidates are small and each feeds two later queries: computing them
+    // once keeps the big inputs from being aggregated again.
+    for query in [queries::SUSPECTS, queries::CANDIDATES] {
+        let batches = execute(ctx, query, &params, explain, &mut plans).await?;
+        register_batches(ctx, query.name, batches)?;
+    }
 
     let discrepancies = OutputTable::Discrepancies.conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
     register_batches(ctx, OutputTable::Discrepancies.name(), (discrepancies.schema(), vec![discrepancies.clone()]))?;
