@@ -17,12 +17,15 @@
 //! * [`recon`] — `run`: the reconciliation and its outputs.
 //! * [`output`] — atomic publishing of a run (files first, manifest last).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
+//! * [`gen`] — the synthetic 24-partition workload with planted faults and its ground truth.
+//! * [`verify`] — a run's outputs checked against a ground truth.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
 pub mod config;
 pub mod error;
 pub mod explore;
+pub mod gen;
 pub mod output;
 pub mod parquet_parts;
 pub mod queries;
@@ -31,6 +34,7 @@ pub mod session;
 pub mod snapshot;
 pub mod storage;
 pub mod time;
+pub mod verify;
 
 pub use datafusion;
 pub use error::{Error, Result};

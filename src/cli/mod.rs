@@ -1,8 +1,11 @@
 //! Command-line front end: one file per subcommand, each turning its clap arguments into
 //! a validated plan of the library before any work starts.
 
+mod demo;
+mod gen;
 mod run;
 mod sql;
+mod verify;
 
 use std::process::ExitCode;
 
@@ -23,6 +26,12 @@ enum Command {
     Run(run::RunArgs),
     /// Query a snapshot (and a run's outputs) with read-only SQL.
     Sql(sql::SqlArgs),
+    /// Generate a synthetic snapshot with planted faults and its ground truth.
+    Gen(gen::GenArgs),
+    /// Check a run against the ground truth of gen.
+    Verify(verify::VerifyArgs),
+    /// Generate a day, reconcile it and verify it, in one folder.
+    Demo(demo::DemoArgs),
 }
 
 /// How a successful command ended.
@@ -49,6 +58,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::execute(args).await,
         Command::Sql(args) => sql::execute(args).await,
+        Command::Gen(args) => gen::execute(args).await,
+        Command::Verify(args) => verify::execute(args).await,
+        Command::Demo(args) => demo::execute(args).await,
     }
 }
 

@@ -6,10 +6,13 @@
 //! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
 //! * `bad_input`    — every kind of bad input gets its own clear error and no manifest.
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
+//! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
+//!   gen → run → verify equal to the ground truth; the msg-7391 incident.
 
 mod bad_input;
 mod cli;
 mod common;
 mod differential;
 mod fixture;
+mod gen;
 mod slt;

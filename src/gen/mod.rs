@@ -1,0 +1,430 @@
+//! `gen`: a synthetic fulfilment day on a 24-partition `order-event` topic, with faults
+//! planted by the simulation itself, written as a snapshot exactly like `export` writes
+//! one, plus its ground truth (`truth.parquet`).
+//!
+//! * [`world`] — the simulation: order lifecycles, messages, a rebalancing consumer group
+//!   running the conditional-skip handler, providers and their receipts, the faults.
+//! * [`truth`] — DESIGN.md §5 computed per order from the simulated rows, and the truth file.
+//! * [`columns`] — Arrow builders of the snapshot tables.
+//! * [`rng`] — the deterministic PRNG.
+//!
+//! Invariants: the same plan gives byte-identical files; orders are simulated in blocks of
+//! [`BLOCK_ORDERS`] in `order_id` order, so every table is sorted by `order_id` and memory
+//! stays bounded whatever the size; `manifest.json` is written last.
+
+pub mod columns;
+pub mod rng;
+pub mod truth;
+pub mod world;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use datafusion::parquet::arrow::ArrowWriter;
+
+use crate::config::RuleSet;
+use crate::error::{Error, Result};
+use crate::parquet_parts::writer_properties;
+use crate::recon::Window;
+use crate::snapshot::{SnapshotWriter, Table, TableWriter};
+use crate::storage::Location;
+use crate::time::{format_instant, parse_instant, Micros, DAY_MICROS};
+use columns::{HistoryColumns, LedgerColumns, ReceiptColumns};
+use truth::{Judge, TruthColumns, TruthRow, FINDING, TRUTH_FILE};
+use world::{Fault, OrderRows, Provider, World, INCIDENT_ORDER};
+
+/// Orders simulated (and rows held in memory) per block.
+pub const BLOCK_ORDERS: usize = 64 * 1024;
+
+/// The default cut of generated snapshots (a fixed instant, for reproducibility).
+pub const DEFAULT_CUT: &str = "2026-11-29T16:00:00Z";
+
+/// `created_by` of generated snapshot manifests.
+pub const CREATED_BY: &str = "effect-recon gen";
+
+/// Per-order probabilities of each planted fault (an order carries at most one).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultRates {
+    /// ORDER_PAID handled after ORDER_SHIPPED following a rebalance: a wrong skip.
+    pub reorder: f64,
+    /// A wrong skip whose effects were later granted by hand (HARMLESS once they were).
+    pub compensated: f64,
+    /// Cancelled or refunded just before the handler ran: a correct skip.
+    pub cancel_race: f64,
+    /// DONE, but a provider lost the call, failed it, or failed and retried it.
+    pub lost_call: f64,
+    /// Crash before the ledger write; the redelivery calls a non-idempotent provider again.
+    pub duplicate: f64,
+    /// A manual grant on an unpaid or unknown order.
+    pub orphan: f64,
+    /// Parked as PENDING_REVIEW and forgotten.
+    pub stalled: f64,
+    /// ORDER_PAID consumed only after the cut.
+    pub unconsumed: f64,
+    /// Ledger row revoked by an operator and never re-driven.
+    pub revoked: f64,
+    /// A due time, decision or receipt placed exactly on a window boundary.
+    pub edge: f64,
+}
+
+impl Default for FaultRates {
+    fn default() -> Self {
+        FaultRates {
+            reorder: 0.004,
+            compensated: 0.001,
+            cancel_race: 0.01,
+            lost_call: 0.003,
+            duplicate: 0.003,
+            orphan: 0.001,
+            stalled: 0.001,
+            unconsumed: 0.002,
+            revoked: 0.001,
+            edge: 0.001,
+        }
+    }
+}
+
+impl FaultRates {
+    /// No fault at all: a clean day, which a correct run finds nothing wrong with.
+    pub fn none() -> Self {
+        FaultRates {
+            reorder: 0.0,
+            compensated: 0.0,
+            cancel_race: 0.0,
+            lost_call: 0.0,
+            duplicate: 0.0,
+            orphan: 0.0,
+            stalled: 0.0,
+            unconsumed: 0.0,
+            revoked: 0.0,
+            edge: 0.0,
+        }
+    }
+
+    /// Each fault with its rate.
+    pub fn by_fault(&self) -> [(Fault, f64); 10] {
+        [
+            (Fault::Reorder, self.reorder),
+            (Fault::Compensated, self.compensated),
+            (Fault::CancelRace, self.cancel_race),
+            (Fault::LostCall, self.lost_call),
+            (Fault::Duplicate, self.duplicate),
+            (Fault::Orphan, self.orphan),
+            (Fault::Stalled, self.stalled),
+            (Fault::Unconsumed, self.unconsumed),
+            (Fault::Revoked, self.revoked),
+            (Fault::Edge, self.edge),
+        ]
+    }
+
+    /// The fault of an order drawing `u` uniform in `[0, 1)`.
+    pub fn pick(&self, u: f64) -> Option<Fault> {
+        let mut cumulative = 0.0;
+        for (fault, rate) in self.by_fault() {
+            cumulative += rate;
+            if u < cumulative {
+                return Some(fault);
+            }
+        }
+        None
+    }
+
+    /// Every rate in `[0, 1]` and their sum at most 1.
+    pub fn validate(&self) -> Result<()> {
+        for (fault, rate) in self.by_fault() {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(Error::argument("fault rate", format!("{} rate {rate} is not in [0, 1]", fault.name())));
+            }
+        }
+        let total: f64 = self.by_fault().iter().map(|(_, r)| r).sum();
+        if total > 1.0 + 1e-9 {
+            return Err(Error::argument("fault rate", format!("the fault rates add up to {total:.4}; an order carries at most one fault, so they must add up to at most 1")));
+        }
+        Ok(())
+    }
+}
+
+/// A validated request to generate one snapshot.
+#[derive(Debug, Clone)]
+pub struct GenPlan {
+    /// The snapshot folder to write.
+    pub out: Location,
+    /// Number of orders (ids `1..=orders`).
+    pub orders: u64,
+    /// Partitions of `order-event`.
+    pub partitions: u32,
+    /// Consumer instances of the group.
+    pub consumers: u32,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// The snapshot's cut; the truth is for the window `(cut - 1 day, cut]`.
+    pub cut: Micros,
+    /// Fault probabilities.
+    pub rates: FaultRates,
+    /// Plant the canonical incident on order 8821 (added if `orders < 8821`).
+    pub incident: bool,
+    /// Delete whatever is in `out` first.
+    pub replace: bool,
+}
+
+impl GenPlan {
+    /// A plan with the defaults: 24 partitions, 8 consumers, seed 42, the default cut and rates.
+    pub fn new(out: Location, orders: u64) -> Result<Self> {
+        let cut = parse_instant(DEFAULT_CUT).map_err(|e| Error::argument("--cut", e))?;
+        Ok(GenPlan { out, orders, partitions: 24, consumers: 8, seed: 42, cut, rates: FaultRates::default(), incident: false, replace: false })
+    }
+
+    /// Checks the numbers before any work starts.
+    pub fn validate(&self) -> Result<()> {
+        if self.orders == 0 || self.orders > i64::MAX as u64 / 2 {
+            return Err(Error::argument("--orders", format!("{} is not a usable number of orders", self.orders)));
+        }
+        if self.partitions == 0 || self.partitions > 100_000 {
+            return Err(Error::argument("--partitions", "must be between 1 and 100000"));
+        }
+        if self.consumers == 0 {
+            return Err(Error::argument("--consumers", "must be at least 1"));
+        }
+        self.rates.validate()
+    }
+
+    /// The window the truth is computed for: `(cut - 1 day, cut]`.
+    pub fn window(&self) -> Window {
+        Window { since: self.cut - DAY_MICROS, cut: self.cut }
+    }
+
+    /// The simulated world of this plan under `rules` (their graces place edge faults).
+    pub fn world(&self, rules: &RuleSet) -> World {
+        let grace = Provider::ALL.map(|p| rules.for_effect(p.effect()).map_or(30 * 60_000_000, |r| r.grace_micros));
+        World::new(self.seed, self.partitions, self.consumers, self.cut, self.rates, self.incident, grace)
+    }
+
+    /// The order ids, ascending: `1..=orders`, plus 8821 for the incident when beyond them.
+    pub fn order_ids(&self) -> impl Iterator<Item = i64> {
+        let extra = (self.incident && (self.orders as i64) < INCIDENT_ORDER).then_some(INCIDENT_ORDER);
+        (1..=self.orders as i64).chain(extra)
+    }
+}
+
+/// What `gen` wrote.
+#[derive(Debug, Clone, Default)]
+pub struct GenReport {
+    /// The snapshot folder.
+    pub location: String,
+    /// The truth file.
+    pub truth: String,
+    /// Orders simulated.
+    pub orders: u64,
+    /// The cut and window start of the truth.
+    pub window: Option<Window>,
+    /// Rows per table (`receipts/<source>` separately).
+    pub rows: BTreeMap<String, u64>,
+    /// Parquet files in the manifest.
+    pub files: usize,
+    /// Orders per planted fault.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Expected findings per (class, verdict).
+    pub findings: BTreeMap<(String, String), u64>,
+    /// Expected skip verdicts per verdict.
+    pub skip_verdicts: BTreeMap<String, u64>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl GenReport {
+    /// A short report for the terminal.
+    pub fn render(&self) -> String {
+        let mut out = format!("generated {} orders into {} in {}\n", self.orders, self.location, crate::time::format_elapsed(self.elapsed));
+        if let Some(window) = self.window {
+            out.push_str(&format!("cut {}, truth window ({}, {}]\n", format_instant(window.cut), format_instant(window.since), format_instant(window.cut)));
+        }
+        let rows: Vec<String> = self.rows.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!("rows: {} ({} files)\n", rows.join(", "), self.files));
+        let faults: Vec<String> = self.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!("planted faults: {}\n", if faults.is_empty() { "none".into() } else { faults.join(", ") }));
+        let findings: Vec<String> = self.findings.iter().map(|((c, v), n)| format!("{c}/{v} {n}")).collect();
+        out.push_str(&format!("expected findings: {}\n", if findings.is_empty() { "none".into() } else { findings.join(", ") }));
+        let skips: Vec<String> = self.skip_verdicts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!("expected skip verdicts: {}\n", if skips.is_empty() { "none".into() } else { skips.join(", ") }));
+        out.push_str(&format!("truth: {}\n", self.truth));
+        out
+    }
+}
+
+/// The open writers of one generated snapshot.
+struct Sink {
+    ledger: (LedgerColumns, TableWriter),
+    history: (HistoryColumns, TableWriter),
+    receipts: Vec<(ReceiptColumns, TableWriter)>,
+    truth: (TruthColumns, ArrowWriter<Vec<u8>>),
+    truth_schema: datafusion::arrow::datatypes::SchemaRef,
+}
+
+impl Sink {
+    fn open(snapshot: &SnapshotWriter, plan: &GenPlan, rules: &RuleSet) -> Result<Self> {
+        let truth_schema = truth::schema_for(plan.window(), rules);
+        let truth_writer = ArrowWriter::try_new(Vec::new(), std::sync::Arc::clone(&truth_schema), Some(writer_properties()))
+            .map_err(|e| Error::Output { location: plan.out.display(TRUTH_FILE), message: e.to_string() })?;
+        Ok(Sink {
+            ledger: (LedgerColumns::default(), snapshot.table(Table::Ledger, None)),
+            history: (HistoryColumns::default(), snapshot.table(Table::StatusHistory, None)),
+            receipts: Provider::ALL.iter().map(|&p| (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source())))).collect(),
+            truth: (TruthColumns::default(), truth_writer),
+            truth_schema,
+        })
+    }
+
+    fn push(&mut self, order: &OrderRows, truth: &[TruthRow<'_>]) {
+        self.ledger.0.push(order);
+        self.history.0.push(order);
+        self.receipts.iter_mut().for_each(|(columns, _)| columns.push(order));
+        truth.iter().for_each(|row| self.truth.0.push(row));
+    }
+
+    /// Writes the block held in the builders.
+    async fn flush(&mut self) -> Result<()> {
+        self.ledger.1.write(&self.ledger.0.finish()?).await?;
+        self.history.1.write(&self.history.0.finish()?).await?;
+        for (columns, writer) in &mut self.receipts {
+            writer.write(&columns.finish()?).await?;
+        }
+        let batch = self.truth.0.finish(&self.truth_schema)?;
+        self.truth.1.write(&batch).map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+    }
+
+    /// Closes every table into `snapshot` and returns the truth file's bytes.
+    async fn close(self, snapshot: &mut SnapshotWriter) -> Result<Vec<u8>> {
+        snapshot.add(Table::Ledger, self.ledger.1.finish().await?);
+        snapshot.add(Table::StatusHistory, self.history.1.finish().await?);
+        for (_, writer) in self.receipts {
+            snapshot.add(Table::Receipts, writer.finish().await?);
+        }
+        self.truth.1.into_inner().map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+    }
+}
+
+/// Generates the snapshot and its truth; `manifest.json` is written last.
+pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
+    let started = Instant::now();
+    plan.validate()?;
+    if plan.replace {
+        plan.out.delete_all().await?;
+    }
+    let rules = RuleSet::default_rules()?;
+    let world = plan.world(&rules);
+    let mut snapshot = SnapshotWriter::create(&plan.out, plan.cut, CREATED_BY).await?;
+    let mut sink = Sink::open(&snapshot, plan, &rules)?;
+    let mut judge = Judge::new(&rules, plan.window());
+    let mut report = GenReport { location: plan.out.display(""), truth: plan.out.display(TRUTH_FILE), window: Some(plan.window()), ..Default::default() };
+    let mut offsets = vec![0i64; world.partitions() as usize];
+    let mut order = OrderRows::default();
+    let mut truth_rows = Vec::new();
+    for order_id in plan.order_ids() {
+        world.simulate(order_id, &mut offsets, &mut order);
+        truth_rows.clear();
+        judge.judge(&order, &mut truth_rows);
+        sink.push(&order, &truth_rows);
+        count(&mut report, &order, &truth_rows);
+        if report.orders % BLOCK_ORDERS as u64 == 0 {
+            sink.flush().await?;
+        }
+    }
+    sink.flush().await?;
+    let truth_bytes = sink.close(&mut snapshot).await?;
+    plan.out.write(TRUTH_FILE, bytes::Bytes::from(truth_bytes)).await?;
+    let manifest = snapshot.finish().await?;
+    for (table, files) in &manifest.tables {
+        for file in &files.files {
+            let key = if table == Table::Receipts.name() { file.path.rsplitn(2, '/').nth(1).unwrap_or(table).to_string() } else { table.clone() };
+            *report.rows.entry(key).or_default() += file.rows;
+            report.files += 1;
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+fn count(report: &mut GenReport, order: &OrderRows, truth: &[TruthRow<'_>]) {
+    report.orders += 1;
+    if let Some(fault) = order.fault {
+        *report.faults.entry(fault.name()).or_default() += 1;
+    }
+    for row in truth {
+        if row.kind == FINDING {
+            *report.findings.entry((row.class.unwrap_or_default().to_string(), row.verdict.to_string())).or_default() += 1;
+        } else {
+            *report.skip_verdicts.entry(row.verdict.to_string()).or_default() += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(rates: FaultRates, incident: bool) -> GenPlan {
+        let mut plan = GenPlan::new(Location::parse("/tmp/unused-gen-plan").unwrap(), 6000).unwrap();
+        plan.rates = rates;
+        plan.incident = incident;
+        plan
+    }
+
+    /// Simulates `plan` in memory and returns every unmet expectation and the truth counts.
+    fn simulate(plan: &GenPlan) -> (Vec<String>, GenReport) {
+        let rules = RuleSet::default_rules().unwrap();
+        let world = plan.world(&rules);
+        let mut judge = Judge::new(&rules, plan.window());
+        let mut offsets = vec![0; plan.partitions as usize];
+        let (mut order, mut rows, mut unmet, mut report) = (OrderRows::default(), Vec::new(), Vec::new(), GenReport::default());
+        for order_id in plan.order_ids() {
+            world.simulate(order_id, &mut offsets, &mut order);
+            rows.clear();
+            judge.judge(&order, &mut rows);
+            unmet.extend(truth::unmet_expectations(&order, &rows, plan.window()));
+            count(&mut report, &order, &rows);
+        }
+        (unmet, report)
+    }
+
+    #[test]
+    fn every_planted_fault_is_in_the_truth() {
+        let heavy = FaultRates {
+            reorder: 0.06,
+            compensated: 0.04,
+            cancel_race: 0.06,
+            lost_call: 0.06,
+            duplicate: 0.06,
+            orphan: 0.05,
+            stalled: 0.05,
+            unconsumed: 0.05,
+            revoked: 0.05,
+            edge: 0.08,
+        };
+        let (unmet, report) = simulate(&plan(heavy, true));
+        assert!(unmet.is_empty(), "{} unmet, first: {:#?}", unmet.len(), &unmet[..unmet.len().min(5)]);
+        for class in ["SKIPPED_BUT_DUE", "DONE_NO_RECEIPT", "REVIEW_STALLED", "NO_LEDGER_ENTRY", "DUPLICATE_EFFECT", "ORPHAN_EFFECT"] {
+            assert!(report.findings.keys().any(|(c, v)| c == class && v == "BREAK"), "no {class} BREAK in {:?}", report.findings);
+        }
+        for verdict in ["WRONG", "PENDING", "HARMLESS", "CORRECT"] {
+            assert!(report.skip_verdicts.contains_key(verdict), "no {verdict} skip in {:?}", report.skip_verdicts);
+        }
+    }
+
+    #[test]
+    fn a_fault_free_day_has_nothing_to_find() {
+        let (unmet, report) = simulate(&plan(FaultRates::none(), false));
+        assert!(unmet.is_empty());
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
+        assert!(!report.skip_verdicts.contains_key("WRONG"));
+    }
+
+    #[test]
+    fn rates_must_fit_one_fault_per_order() {
+        let mut rates = FaultRates::default();
+        rates.reorder = 0.995;
+        assert!(rates.validate().is_err());
+        rates.reorder = -0.1;
+        assert!(rates.validate().is_err());
+        assert!(FaultRates::default().validate().is_ok());
+    }
+}

@@ -1,0 +1,404 @@
+//! The ground truth of a generated snapshot: what a correct implementation of DESIGN.md
+//! §5 reports for the default window and rules, computed order by order in plain Rust
+//! from the simulation's own rows — never by the reconciliation SQL, so that `run` can
+//! be checked against it.
+//!
+//! `truth.parquet` sits in the snapshot folder but not in its manifest, so `run` never
+//! reads it. Columns: `kind` (`finding` | `skip_verdict`), `effect`, `order_id`,
+//! `class`, `verdict`, `msg_id`; the window and rules it was computed for are in the
+//! Arrow schema metadata.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Builder, StringBuilder};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::world::{action, receipt, ExpectTarget, LedgerEntry, MsgId, OrderRows};
+use crate::config::{Rule, RuleSet};
+use crate::error::{Error, Result};
+use crate::recon::Window;
+use crate::time::Micros;
+
+/// File name of the truth inside the snapshot folder.
+pub const TRUTH_FILE: &str = "truth.parquet";
+/// `kind` of a finding row.
+pub const FINDING: &str = "finding";
+/// `kind` of a skip-verdict row.
+pub const SKIP_VERDICT: &str = "skip_verdict";
+/// Schema metadata keys recording what the truth was computed for.
+pub const META_CUT: &str = "effect-recon.truth.cut";
+/// Window start (exclusive), RFC 3339.
+pub const META_SINCE: &str = "effect-recon.truth.since";
+/// Hash of the rules (as in run manifests).
+pub const META_RULES_HASH: &str = "effect-recon.truth.rules_hash";
+
+/// The Arrow schema of `truth.parquet` (without metadata).
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("kind", DataType::Utf8, false),
+        Field::new("effect", DataType::Utf8, true),
+        Field::new("order_id", DataType::Int64, false),
+        Field::new("class", DataType::Utf8, true),
+        Field::new("verdict", DataType::Utf8, false),
+        Field::new("msg_id", DataType::Utf8, true),
+    ]))
+}
+
+/// The schema with the window and rules it was computed for.
+pub fn schema_for(window: Window, rules: &RuleSet) -> SchemaRef {
+    let metadata = HashMap::from([
+        (META_CUT.to_string(), crate::time::format_instant(window.cut)),
+        (META_SINCE.to_string(), crate::time::format_instant(window.since)),
+        (META_RULES_HASH.to_string(), rules.hash.clone()),
+    ]);
+    Arc::new(schema().as_ref().clone().with_metadata(metadata))
+}
+
+/// One expected output row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TruthRow<'a> {
+    /// [`FINDING`] or [`SKIP_VERDICT`].
+    pub kind: &'static str,
+    /// The finding's effect.
+    pub effect: Option<&'a str>,
+    /// The order.
+    pub order_id: i64,
+    /// The finding's class.
+    pub class: Option<&'static str>,
+    /// BREAK / PENDING for findings; WRONG / PENDING / HARMLESS / CORRECT for skips.
+    pub verdict: &'static str,
+    /// The skipped message.
+    pub msg_id: Option<MsgId>,
+}
+
+/// What one rule sees of one order, up to the cut.
+#[derive(Debug, Clone, Copy, Default)]
+struct EffectState {
+    due_at: Option<Micros>,
+    voided: bool,
+    ok: u32,
+    first: Option<(Micros, u32)>,
+    second: Option<(Micros, u32)>,
+}
+
+impl EffectState {
+    fn owed(&self) -> bool {
+        self.due_at.is_some() && !self.voided && self.ok == 0
+    }
+}
+
+/// DESIGN.md §5 over one order at a time.
+#[derive(Debug)]
+pub struct Judge<'a> {
+    rules: &'a RuleSet,
+    window: Window,
+    states: Vec<EffectState>,
+}
+
+impl<'a> Judge<'a> {
+    /// A judge of `window` under `rules`.
+    pub fn new(rules: &'a RuleSet, window: Window) -> Self {
+        Judge { rules, window, states: vec![EffectState::default(); rules.rules.len()] }
+    }
+
+    /// Appends the findings and skip verdicts a correct run reports for `order`.
+    pub fn judge(&mut self, order: &OrderRows, out: &mut Vec<TruthRow<'a>>) {
+        let rules = self.rules;
+        for (state, rule) in self.states.iter_mut().zip(&rules.rules) {
+            *state = effect_state(order, rule, self.window.cut);
+        }
+        for (state, rule) in self.states.iter().zip(&rules.rules) {
+            if let Some((class, verdict)) = finding(order, rule, state, self.window) {
+                out.push(TruthRow { kind: FINDING, effect: Some(&rule.effect), order_id: order.order_id, class: Some(class), verdict, msg_id: None });
+            }
+        }
+        for entry in &order.ledger {
+            let Window { since, cut } = self.window;
+            if entry.action == action::SKIPPED && since < entry.decided_at && entry.decided_at <= cut {
+                let verdict = self.skip_verdict(entry);
+                out.push(TruthRow { kind: SKIP_VERDICT, effect: None, order_id: order.order_id, class: None, verdict, msg_id: Some(entry.msg_id) });
+            }
+        }
+    }
+
+    /// The four-step skip verdict of §5 over the rules triggered by the row's event.
+    fn skip_verdict(&self, entry: &LedgerEntry) -> &'static str {
+        let cut = self.window.cut;
+        let triggered = || self.states.iter().zip(&self.rules.rules).filter(|(_, r)| r.trigger_event == entry.event.event_type());
+        if triggered().next().is_none() {
+            return "CORRECT";
+        }
+        let max_grace = triggered().map(|(_, r)| r.grace_micros).max().unwrap_or(0);
+        if triggered().any(|(s, r)| s.owed() && s.due_at.is_some_and(|due| due + r.grace_micros <= cut)) {
+            "WRONG"
+        } else if triggered().any(|(s, _)| s.owed()) || (triggered().all(|(s, _)| s.due_at.is_none()) && entry.decided_at + max_grace > cut) {
+            "PENDING"
+        } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided && s.ok >= 1) {
+            "HARMLESS"
+        } else {
+            "CORRECT"
+        }
+    }
+}
+
+fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> EffectState {
+    let mut state = EffectState::default();
+    for change in order.history.iter().filter(|c| c.at <= cut) {
+        let status = change.status.name();
+        if status == rule.due_status {
+            state.due_at = Some(state.due_at.map_or(change.at, |d| d.min(change.at)));
+        }
+        if rule.void_statuses.iter().any(|v| v == status) {
+            state.voided = true;
+        }
+    }
+    for r in order.receipts.iter().filter(|r| r.provider.effect() == rule.effect && r.status == receipt::SUCCEEDED && r.created_at <= cut) {
+        state.ok += 1;
+        let key = (r.created_at, r.seq);
+        match (state.first, state.second) {
+            (None, _) => state.first = Some(key),
+            (Some(first), _) if receipt_before(key, first) => {
+                state.second = state.first;
+                state.first = Some(key);
+            }
+            (Some(_), None) => state.second = Some(key),
+            (Some(_), Some(second)) if receipt_before(key, second) => state.second = Some(key),
+            _ => {}
+        }
+    }
+    state
+}
+
+/// `(created_at, receipt_id)` order; receipt ids of one (order, effect) differ only in
+/// their decimal sequence number, compared as text like the ids themselves.
+fn receipt_before((at, seq): (Micros, u32), (other_at, other_seq): (Micros, u32)) -> bool {
+    at < other_at || (at == other_at && seq.to_string() < other_seq.to_string())
+}
+
+/// The finding of one rule on one order, if any: (class, verdict).
+fn finding(order: &OrderRows, rule: &Rule, state: &EffectState, window: Window) -> Option<(&'static str, &'static str)> {
+    let Window { since, cut } = window;
+    let in_window = |t: Micros| since < t && t <= cut;
+    match (state.due_at, state.first) {
+        (Some(due), _) if state.owed() => {
+            let break_on = due + rule.grace_micros;
+            let verdict = if in_window(break_on) {
+                "BREAK"
+            } else if due <= cut && cut < break_on {
+                "PENDING"
+            } else {
+                return None;
+            };
+            Some((missing_class(order, rule, cut), verdict))
+        }
+        (None, Some((first, _))) => {
+            let break_on = first + rule.grace_micros;
+            if in_window(break_on) {
+                Some(("ORPHAN_EFFECT", "BREAK"))
+            } else if first <= cut && cut < break_on {
+                Some(("ORPHAN_EFFECT", "PENDING"))
+            } else {
+                None
+            }
+        }
+        (Some(_), _) if state.ok >= 2 => state.second.filter(|(second, _)| in_window(*second)).map(|_| ("DUPLICATE_EFFECT", "BREAK")),
+        _ => None,
+    }
+}
+
+/// The class of a missing effect from its trigger rows' outcome:
+/// DONE > SKIPPED/REVOKED > PENDING_REVIEW > none.
+fn missing_class(order: &OrderRows, rule: &Rule, cut: Micros) -> &'static str {
+    let rank = order
+        .ledger
+        .iter()
+        .filter(|e| e.decided_at <= cut && e.event.event_type() == rule.trigger_event)
+        .filter_map(|e| match e.action {
+            action::DONE => Some(1),
+            action::SKIPPED | action::REVOKED => Some(2),
+            action::PENDING_REVIEW => Some(3),
+            _ => None,
+        })
+        .min();
+    match rank {
+        Some(1) => "DONE_NO_RECEIPT",
+        Some(2) => "SKIPPED_BUT_DUE",
+        Some(3) => "REVIEW_STALLED",
+        _ => "NO_LEDGER_ENTRY",
+    }
+}
+
+/// The expectations of `order`'s planted fault that its truth `rows` do not meet; only
+/// expectations judged inside `window` are checked. Empty when the simulation planted
+/// what it meant to.
+pub fn unmet_expectations(order: &OrderRows, rows: &[TruthRow<'_>], window: Window) -> Vec<String> {
+    let mut unmet = Vec::new();
+    for expect in order.expects.iter().filter(|e| window.since < e.judged_at && e.judged_at <= window.cut) {
+        let found = rows.iter().find(|r| match expect.target {
+            ExpectTarget::Finding(provider) => r.kind == FINDING && r.effect == Some(provider.effect()),
+            ExpectTarget::SkipVerdict(msg_id) => r.kind == SKIP_VERDICT && r.msg_id == Some(msg_id),
+        });
+        let met = match found {
+            None => expect.allowed.is_empty(),
+            Some(row) => {
+                let value = if row.kind == FINDING { row.class.unwrap_or_default() } else { row.verdict };
+                expect.allowed.contains(&value) && (row.kind != FINDING || expect.verdict.is_none_or(|v| v == row.verdict))
+            }
+        };
+        if !met {
+            unmet.push(format!("order {} ({:?}): expected {:?} in {:?} {:?}, truth has {:?}", order.order_id, order.fault, expect.target, expect.allowed, expect.verdict, found));
+        }
+    }
+    unmet
+}
+
+/// Arrow builders of `truth.parquet`.
+#[derive(Debug, Default)]
+pub struct TruthColumns {
+    kind: StringBuilder,
+    effect: StringBuilder,
+    order_id: Int64Builder,
+    class: StringBuilder,
+    verdict: StringBuilder,
+    msg_id: StringBuilder,
+}
+
+impl TruthColumns {
+    /// Appends one row.
+    pub fn push(&mut self, row: &TruthRow<'_>) {
+        use std::fmt::Write;
+        self.kind.append_value(row.kind);
+        self.effect.append_option(row.effect);
+        self.order_id.append_value(row.order_id);
+        self.class.append_option(row.class);
+        self.verdict.append_value(row.verdict);
+        match row.msg_id {
+            Some(id) => {
+                let _ = write!(self.msg_id, "{id}");
+                self.msg_id.append_value("");
+            }
+            None => self.msg_id.append_null(),
+        }
+    }
+
+    /// The rows so far as one batch with `schema`; the builders start over.
+    pub fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch> {
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.kind.finish()),
+            Arc::new(self.effect.finish()),
+            Arc::new(self.order_id.finish()),
+            Arc::new(self.class.finish()),
+            Arc::new(self.verdict.finish()),
+            Arc::new(self.msg_id.finish()),
+        ];
+        RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gen::world::{LedgerEntry, Provider, ReceiptEntry, Status, StatusChange};
+
+    const MIN: Micros = 60_000_000;
+    const CUT: Micros = 10_000 * MIN;
+    const SINCE: Micros = CUT - 1440 * MIN;
+
+    fn order(history: &[(Status, Micros)], ledger: &[(Status, &'static str, Micros)], receipts: &[(Provider, &'static str, Micros)]) -> OrderRows {
+        let mut o = OrderRows { order_id: 1, ..Default::default() };
+        o.history = history.iter().map(|&(status, at)| StatusChange { status, at }).collect();
+        o.ledger = ledger
+            .iter()
+            .enumerate()
+            .map(|(i, &(event, action, decided_at))| LedgerEntry {
+                msg_id: MsgId::Event { order_id: 1, seq: i as u8 },
+                event,
+                produced: 0,
+                action,
+                observed: event,
+                partition: 0,
+                offset: i as i64,
+                consumer: 0,
+                decided_at,
+            })
+            .collect();
+        o.receipts = receipts
+            .iter()
+            .enumerate()
+            .map(|(i, &(provider, status, created_at))| ReceiptEntry { provider, seq: i as u32, msg_id: None, produced: None, status, created_at })
+            .collect();
+        o
+    }
+
+    fn judge(o: &OrderRows) -> Vec<(Option<String>, Option<&'static str>, &'static str)> {
+        let rules = RuleSet::default_rules().unwrap();
+        let mut judge = Judge::new(&rules, Window { since: SINCE, cut: CUT });
+        let mut out = Vec::new();
+        judge.judge(o, &mut out);
+        out.iter().map(|r| (r.effect.map(str::to_string), r.class, r.verdict)).collect()
+    }
+
+    fn paid_done(paid: Micros) -> OrderRows {
+        order(&[(Status::Paid, paid)], &[(Status::Paid, action::DONE, paid + 1)], &[(Provider::Wms, receipt::SUCCEEDED, paid + 1)])
+    }
+
+    #[test]
+    fn break_on_is_half_open() {
+        let at_cut = judge(&paid_done(CUT - 30 * MIN));
+        assert_eq!(at_cut, [(Some("points_grant".into()), Some("DONE_NO_RECEIPT"), "BREAK")]);
+        assert!(judge(&paid_done(SINCE - 30 * MIN)).is_empty(), "break_on == since is the previous window's");
+        let young = judge(&paid_done(CUT - 29 * MIN));
+        assert_eq!(young, [(Some("points_grant".into()), Some("DONE_NO_RECEIPT"), "PENDING")]);
+    }
+
+    #[test]
+    fn outcome_precedence_and_revoked() {
+        let t = CUT - 5 * 60 * MIN;
+        let revoked = order(&[(Status::Paid, t)], &[(Status::Paid, action::REVOKED, t + 1), (Status::Paid, action::PENDING_REVIEW, t + 2)], &[]);
+        assert_eq!(judge(&revoked)[0].1, Some("SKIPPED_BUT_DUE"));
+        assert_eq!(judge(&revoked).len(), 2, "REVOKED gets no skip verdict");
+        let done = order(&[(Status::Paid, t)], &[(Status::Paid, action::SKIPPED, t + 1), (Status::Paid, action::DONE, t + 2)], &[]);
+        let rows = judge(&done);
+        assert_eq!(rows[0].1, Some("DONE_NO_RECEIPT"));
+        assert_eq!(rows[2], (None, None, "WRONG"));
+    }
+
+    #[test]
+    fn duplicates_need_the_second_receipt_in_the_window_and_ignore_voids() {
+        let t = SINCE - 60 * MIN;
+        let history = [(Status::Paid, t), (Status::Refunded, t + MIN)];
+        let inside = order(&history, &[], &[(Provider::Points, receipt::SUCCEEDED, t), (Provider::Points, receipt::SUCCEEDED, SINCE + 1)]);
+        assert_eq!(judge(&inside), [(Some("points_grant".into()), Some("DUPLICATE_EFFECT"), "BREAK")]);
+        let before = order(&history, &[], &[(Provider::Points, receipt::SUCCEEDED, t), (Provider::Points, receipt::SUCCEEDED, SINCE)]);
+        assert!(judge(&before).is_empty());
+        let reversed = order(&history, &[], &[(Provider::Points, receipt::SUCCEEDED, t), (Provider::Points, receipt::REVERSED, SINCE + 1)]);
+        assert!(judge(&reversed).is_empty());
+    }
+
+    #[test]
+    fn orphans_and_rows_after_the_cut() {
+        let orphan = order(&[], &[], &[(Provider::Points, receipt::SUCCEEDED, CUT)]);
+        assert_eq!(judge(&orphan), [(Some("points_grant".into()), Some("ORPHAN_EFFECT"), "PENDING")]);
+        let later = order(&[], &[], &[(Provider::Points, receipt::SUCCEEDED, CUT + 1)]);
+        assert!(judge(&later).is_empty());
+    }
+
+    #[test]
+    fn skip_verdicts() {
+        let t = CUT - 5 * 60 * MIN;
+        let cancelled = order(&[(Status::Paid, t), (Status::Cancelled, t + 1)], &[(Status::Paid, action::SKIPPED, t + 2)], &[]);
+        assert_eq!(judge(&cancelled), [(None, None, "CORRECT")]);
+        let harmless = order(
+            &[(Status::Paid, t)],
+            &[(Status::Paid, action::SKIPPED, t + 2)],
+            &[(Provider::Points, receipt::SUCCEEDED, t + 3), (Provider::Wms, receipt::SUCCEEDED, t + 3)],
+        );
+        assert_eq!(judge(&harmless), [(None, None, "HARMLESS")]);
+        let never_due = order(&[(Status::Created, t)], &[(Status::Paid, action::SKIPPED, CUT - MIN)], &[]);
+        assert_eq!(judge(&never_due), [(None, None, "PENDING")]);
+        let no_rule = order(&[(Status::Created, t)], &[(Status::Delivered, action::SKIPPED, CUT)], &[]);
+        assert_eq!(judge(&no_rule), [(None, None, "CORRECT")]);
+    }
+}
