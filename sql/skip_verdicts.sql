@@ -5,7 +5,9 @@
 --            is due at all and decided_at + max(grace) is after the cut;
 --   HARMLESS some rule is due, not voided, and has a receipt;
 --   CORRECT  otherwise.
--- Sorted by order_id, decided_at, msg_id.
+-- The state of each (rule, order) comes from effects_in_play, which keeps every effect
+-- state of the orders skipped in the window; an order absent there was never due and got
+-- nothing. Sorted by order_id, decided_at, msg_id.
 WITH skipped AS (
     SELECT msg_id, order_id, event_type, decided_at
     FROM ledger
@@ -13,14 +15,14 @@ WITH skipped AS (
 ),
 per_skip AS (
     SELECT k.msg_id,
-           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 AND s.due_at + r.grace <= $cut) AS wrong,
-           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0) AS owed,
+           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count = 0 AND s.due_at + r.grace <= $cut) AS wrong,
+           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count = 0) AS owed,
            bool_or(s.due_at IS NOT NULL) AS any_due,
            bool_or(k.decided_at + r.grace > $cut) AS young,
-           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count >= 1) AS done
+           bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count >= 1) AS done
     FROM skipped k
     JOIN rules r ON r.trigger_event = k.event_type
-    LEFT JOIN effect_state s ON s.effect = r.effect AND s.order_id = k.order_id
+    LEFT JOIN effects_in_play s ON s.effect = r.effect AND s.order_id = k.order_id
     GROUP BY k.msg_id
 )
 SELECT k.msg_id, k.order_id, k.event_type, k.decided_at,

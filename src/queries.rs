@@ -2,7 +2,7 @@
 //! run them with bound parameters. Nothing else in the crate holds SQL.
 //!
 //! Each file is one query; its file name is the view (or output) name. The recon views
-//! are registered in [`RECON_VIEWS`] order, each seeing the ones before it, with the
+//! are registered in [`PIPELINE`] order, each seeing the ones before it, with the
 //! parameters `$cut` and `$since` bound (never formatted into the text).
 
 use datafusion::arrow::array::{Array, Int64Array, RecordBatch, StringArray};
@@ -34,8 +34,8 @@ pub const EFFECT_DUE: Query = query!("effect_due");
 pub const EFFECT_RECEIPTS: Query = query!("effect_receipts");
 /// Per (effect, order): owed vs happened.
 pub const EFFECT_STATE: Query = query!("effect_state");
-/// Possible findings, from one pass over effect_state.
-pub const SUSPECTS: Query = query!("suspects");
+/// Possible findings and the state of skipped orders, from one pass over effect_state.
+pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
 /// Findings of the window before evidence.
 pub const CANDIDATES: Query = query!("candidates");
 /// Trigger outcome and evidence row per (order, event type) of a candidate.
@@ -49,8 +49,22 @@ pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
 /// Ledger key check.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 
-/// The intermediate views of a run, in dependency order.
-pub const RECON_VIEWS: [Query; 7] = [RULE_STATUSES, EFFECT_DUE, EFFECT_RECEIPTS, EFFECT_STATE, SUSPECTS, CANDIDATES, TRIGGER_EVIDENCE];
+/// The views over the snapshot tables that the findings are computed from.
+pub const STATE_VIEWS: [Query; 4] = [RULE_STATUSES, EFFECT_DUE, EFFECT_RECEIPTS, EFFECT_STATE];
+
+/// Every query of a run in dependency order: each may read the ones before it.
+pub const PIPELINE: [Query; 10] = [
+    RULE_STATUSES,
+    EFFECT_DUE,
+    EFFECT_RECEIPTS,
+    EFFECT_STATE,
+    EFFECTS_IN_PLAY,
+    CANDIDATES,
+    TRIGGER_EVIDENCE,
+    DISCREPANCIES,
+    COMPENSATION_TASKS,
+    SKIP_VERDICTS,
+];
 
 /// Every embedded query (for tests and `--explain`).
 pub const ALL: [Query; 11] = [
@@ -58,7 +72,7 @@ pub const ALL: [Query; 11] = [
     EFFECT_DUE,
     EFFECT_RECEIPTS,
     EFFECT_STATE,
-    SUSPECTS,
+    EFFECTS_IN_PLAY,
     CANDIDATES,
     TRIGGER_EVIDENCE,
     DISCREPANCIES,
@@ -81,7 +95,9 @@ pub async fn frame(ctx: &SessionContext, query: Query, params: &[Param]) -> Resu
     frame.with_param_values(values).map_err(context)
 }
 
-/// Registers `query` as a view under its own name, with `params` bound.
+/// Registers `query` as a view under its own name, with `params` bound. A view captures
+/// the plans of the tables it reads *now*: register it after anything it reads has been
+/// materialised, or it will recompute that.
 pub async fn register_view(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<()> {
     let view = frame(ctx, query, params).await?.into_view();
     ctx.register_table(query.name, view).map_err(|e| Error::query(format!("registering view {}", query.name), e))?;

@@ -74,7 +74,7 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
     };
     let report = recon::run(&plan, &mut progress).await?;
     for (name, plan) in &report.plans {
-        println!("== physical plan of sql/{name}.sql, with metrics ==\n{plan}");
+        println!("== physical plan of sql/{name}, with metrics ==\n{plan}");
     }
     print!("{}", report.summary.render());
     println!("outputs: {}", report.folder);

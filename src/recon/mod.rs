@@ -176,16 +176,18 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
 pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, explain: bool) -> Result<Outputs> {
     rules_table::register(ctx, rules)?;
     let params = window.params();
-    for view in queries::RECON_VIEWS {
+    for view in queries::STATE_VIEWS {
         queries::register_view(ctx, view, &params).await?;
     }
     let mut plans = Vec::new();
-    // Suspects and candidates are small and each feeds two later queries: computing them
+    // Effects in play and candidates are small and each feeds two later queries: computing them
     // once keeps the big inputs from being aggregated again.
-    for query in [queries::SUSPECTS, queries::CANDIDATES] {
+    for query in [queries::EFFECTS_IN_PLAY, queries::CANDIDATES] {
         let batches = execute(ctx, query, &params, explain, &mut plans).await?;
         register_batches(ctx, query.name, batches)?;
     }
+    // Registered only now, so that it reads the materialised candidates.
+    queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
 
     let discrepancies = OutputTable::Discrepancies.conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
     register_batches(ctx, OutputTable::Discrepancies.name(), (discrepancies.schema(), vec![discrepancies.clone()]))?;
@@ -198,10 +200,12 @@ pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, ex
 async fn execute(ctx: &SessionContext, query: Query, params: &[Param], explain: bool, plans: &mut Vec<(String, String)>) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let frame = queries::frame(ctx, query, params).await?;
     let context = |e| Error::query(format!("running sql/{}.sql", query.name), e);
+    let started = Instant::now();
     let physical = frame.create_physical_plan().await.map_err(context)?;
     let batches = collect(Arc::clone(&physical), ctx.task_ctx()).await.map_err(context)?;
     if explain {
-        plans.push((query.name.to_string(), DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string()));
+        let header = format!("{}.sql ({})", query.name, crate::time::format_elapsed(started.elapsed()));
+        plans.push((header, DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string()));
     }
     Ok((physical.schema(), batches))
 }

@@ -54,9 +54,9 @@ impl ReconDb {
                     let _ = self.ctx.deregister_table(table.name());
                     self.ctx.register_table(table.name(), frame.into_view()).map_err(|e| SltError(e.to_string()))?;
                 }
-                for query in queries::RECON_VIEWS.iter().chain(&[queries::DISCREPANCIES, queries::COMPENSATION_TASKS, queries::SKIP_VERDICTS]) {
+                for query in queries::PIPELINE {
                     let _ = self.ctx.deregister_table(query.name);
-                    queries::register_view(&self.ctx, *query, &window.params()).await.map_err(fail)?;
+                    queries::register_view(&self.ctx, query, &window.params()).await.map_err(fail)?;
                 }
                 Ok(())
             }

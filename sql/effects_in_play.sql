@@ -1,12 +1,15 @@
--- suspects: every (effect, order_id) that may be a finding of the window ($since, $cut],
--- read from effect_state in one pass:
+-- effects_in_play: every (effect, order_id) this window may judge, read from effect_state
+-- in one pass, with its state (due_at, voided, receipt_count) and, for possible findings,
+-- its kind:
 --   MISSING   : due, not voided, no SUCCEEDED receipt, and due_at + grace > $since;
 --   ORPHAN    : a SUCCEEDED receipt but never due, and first receipt + grace > $since;
 --   DUPLICATE : due and two or more SUCCEEDED receipts (whether the second receipt
 --               falls in the window is decided by candidates.sql).
+-- Every effect state of an order with a SKIPPED ledger row in the window is kept too
+-- (kind may then be NULL): skip_verdicts.sql judges those skips from these rows alone.
 -- grace_ends is NULL for DUPLICATE. The kinds exclude each other.
 WITH judged AS (
-    SELECT s.effect, s.order_id, s.due_at, s.ok_count, r.trigger_event, r.priority,
+    SELECT s.effect, s.order_id, s.due_at, s.voided, s.ok_count, r.trigger_event, r.priority,
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 THEN 'MISSING'
                WHEN s.due_at IS NULL AND s.ok_count >= 1 THEN 'ORPHAN'
@@ -19,6 +22,11 @@ WITH judged AS (
     FROM effect_state s
     JOIN rules r ON r.effect = s.effect
 )
-SELECT effect, order_id, kind, trigger_event, priority, ok_count AS receipt_count, due_at, grace_ends
+SELECT effect, order_id, kind, trigger_event, priority, ok_count AS receipt_count, due_at, voided, grace_ends
 FROM judged
-WHERE kind = 'DUPLICATE' OR (kind IS NOT NULL AND grace_ends > $since)
+WHERE kind = 'DUPLICATE'
+   OR (kind IS NOT NULL AND grace_ends > $since)
+   OR order_id IN (
+       SELECT order_id FROM ledger
+       WHERE action = 'SKIPPED' AND decided_at > $since AND decided_at <= $cut
+   )
