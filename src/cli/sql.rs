@@ -89,7 +89,7 @@ async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyho
             let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
             write_batches(file, &batches, args.format)?;
         }
-        None => write_batches(std::io::stdout().lock(), &batches, args.format)?,
+        None => write_batches(std::io::stdout(), &batches, args.format)?,
     }
     Ok(())
 }

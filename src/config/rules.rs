@@ -87,7 +87,7 @@ impl RuleSet {
 
     /// Parses and validates rules TOML; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Self> {
-        let file: RulesFile = toml::from_str(text).map_err(|e| Error::config(origin, e.message_with_span(text)))?;
+        let file: RulesFile = toml::from_str(text).map_err(|e| Error::config(origin, e.to_string()))?;
         if file.rule.is_empty() {
             return Err(Error::config(origin, "no [[rule]] entries"));
         }
