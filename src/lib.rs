@@ -17,12 +17,15 @@
 //! * [`recon`] — `run`: the reconciliation and its outputs.
 //! * [`output`] — atomic publishing of a run (files first, manifest last).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
+//! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
+//!   the loader that puts a snapshot into a database with the recommended schema.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
 pub mod config;
 pub mod error;
 pub mod explore;
+pub mod export;
 pub mod output;
 pub mod parquet_parts;
 pub mod queries;

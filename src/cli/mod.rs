@@ -1,6 +1,8 @@
 //! Command-line front end: one file per subcommand, each turning its clap arguments into
 //! a validated plan of the library before any work starts.
 
+mod export;
+mod nightly;
 mod run;
 mod sql;
 
@@ -23,6 +25,10 @@ enum Command {
     Run(run::RunArgs),
     /// Query a snapshot (and a run's outputs) with read-only SQL.
     Sql(sql::SqlArgs),
+    /// Export database sources (MySQL, PostgreSQL, SQLite) into a Parquet snapshot.
+    Export(export::ExportArgs),
+    /// The scheduled job: export into <root>/snapshot=<cut>/, then run into <root>/run=<id>/.
+    Nightly(nightly::NightlyArgs),
 }
 
 /// How a successful command ended.
@@ -49,6 +55,8 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::execute(args).await,
         Command::Sql(args) => sql::execute(args).await,
+        Command::Export(args) => export::execute(args).await,
+        Command::Nightly(args) => nightly::execute(args).await,
     }
 }
 
