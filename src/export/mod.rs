@@ -228,7 +228,7 @@ impl Session {
         let leader = self.conns.first_mut().ok_or_else(|| fail("no open connection".into()))?;
         let described = leader.columns(&wrapped.data).await.map_err(|e| fail(format!("the query fails: {e}")))?;
         let columns = match_columns(source.table, &described).map_err(fail)?;
-        let (count, keyed, min, max) = leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(format!("counting rows: {e}")))?;
+        let (count, keyed, min, max) = leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(plan_error(&e)))?;
         if count != keyed {
             return Err(fail(format!("column order_id is NULL in {} rows; the contract says it must not be", count - keyed)));
         }
@@ -357,6 +357,16 @@ async fn read_one(conn: &mut Conn, job: &ChunkJob, chunk: &Assignment) -> Result
     match expected {
         Some(n) if n != rows as i64 => Err(Some(format!("{what}: streamed {rows} rows but COUNT in the same transaction says {n}"))),
         _ => Ok(()),
+    }
+}
+
+/// SQLite only knows value types row by row: a text `order_id` shows up in MIN/MAX.
+fn plan_error(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::ColumnDecode { index, source } if index.contains('2') || index.contains('3') => {
+            format!("column order_id holds values that are not integers ({source}); the contract needs Int64 (CAST it in the query)")
+        }
+        _ => format!("counting rows: {e}"),
     }
 }
 

@@ -469,7 +469,7 @@ fn sqlite_row(row: &SqliteRow, columns: &[ColumnRead], offset: i32, b: &mut Batc
 fn sqlite_value(row: &SqliteRow, col: &ColumnRead, index: usize, offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
     {
         let raw = row.try_get_raw(col.ordinal).map_err(|e| e.to_string())?;
-        let wrong = |expected: &str| format!("holds a {} value, expected {expected}", raw.type_info().name());
+        let wrong = |expected: &str| format!("holds a value of type {}, expected {expected}", raw.type_info().name());
         if raw.is_null() {
             push_null(b, index, col.kind)
         } else {
