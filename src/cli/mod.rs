@@ -29,6 +29,8 @@ enum Command {
     Export(export::ExportArgs),
     /// The scheduled job: export into <root>/snapshot=<cut>/, then run into <root>/run=<id>/.
     Nightly(nightly::NightlyArgs),
+    /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
+    Load(export::LoadArgs),
 }
 
 /// How a successful command ended.
@@ -57,6 +59,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Sql(args) => sql::execute(args).await,
         Command::Export(args) => export::execute(args).await,
         Command::Nightly(args) => nightly::execute(args).await,
+        Command::Load(args) => export::execute_load(args).await,
     }
 }
 

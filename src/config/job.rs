@@ -363,6 +363,14 @@ query = "SELECT 1 WHERE ? < ?"
     }
 
     #[test]
+    fn the_commented_example_is_valid() {
+        let text = include_str!("../../fixtures/job.example.toml");
+        let job = JobConfig::parse(text, Path::new("fixtures/job.example.toml"), Path::new("fixtures")).unwrap();
+        assert_eq!(job.sources.len(), 5);
+        assert_eq!(job.export, ExportSettings::default());
+    }
+
+    #[test]
     fn offsets_are_fixed() {
         assert_eq!(parse_offset("UTC"), Ok(0));
         assert_eq!(parse_offset("-05:30"), Ok(-(5 * 3600 + 1800)));

@@ -14,8 +14,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use futures::TryStreamExt;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlConnection, MySqlRow, MySqlTypeInfo};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgRow, PgTypeInfo, Postgres};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteRow};
-use sqlx::{Column, Connection, Executor, Row, Statement, Type, TypeInfo, ValueRef};
+use sqlx::sqlite::{Sqlite, SqliteConnectOptions, SqliteConnection, SqliteRow, SqliteSynchronous};
+use sqlx::{Column, Connection, Decode, Executor, Row, Statement, Type, TypeInfo, ValueRef};
 use tokio::sync::mpsc;
 
 use super::batch::BatchBuilder;
@@ -165,7 +165,16 @@ async fn connect_inner(target: &Target) -> Result<Conn, sqlx::Error> {
             Ok(Conn::Postgres(conn))
         }
         Driver::Sqlite => {
-            let options = SqliteConnectOptions::from_str(&target.url)?.read_only(target.read_only).create_if_missing(!target.read_only);
+            let mut options = SqliteConnectOptions::from_str(&target.url)?
+                .read_only(target.read_only)
+                .create_if_missing(!target.read_only)
+                .row_buffer_size(1024)
+                // 256 MiB of page cache keeps index pages in memory during reads and loads.
+                .pragma("cache_size", "-262144");
+            if !target.read_only {
+                // The loader fills test and demo databases: one fsync at commit is enough.
+                options = options.synchronous(SqliteSynchronous::Normal);
+            }
             Ok(Conn::Sqlite(SqliteConnection::connect_with(&options).await?))
         }
     }
@@ -467,32 +476,28 @@ fn sqlite_row(row: &SqliteRow, columns: &[ColumnRead], offset: i32, b: &mut Batc
 }
 
 fn sqlite_value(row: &SqliteRow, col: &ColumnRead, index: usize, offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
-    {
-        let raw = row.try_get_raw(col.ordinal).map_err(|e| e.to_string())?;
-        let wrong = |expected: &str| format!("holds a value of type {}, expected {expected}", raw.type_info().name());
-        if raw.is_null() {
-            push_null(b, index, col.kind)
-        } else {
-            let type_name = raw.type_info().name().to_string();
-            match col.kind {
-                ColumnKind::Int64 | ColumnKind::Int32 => match type_name.as_str() {
-                    "INTEGER" | "BIGINT" | "INT8" | "BOOLEAN" => b.push_int(index, Some(row.try_get::<i64, _>(col.ordinal).map_err(|e| e.to_string())?)),
-                    _ => Err(wrong("an integer")),
-                },
-                ColumnKind::Text => match type_name.as_str() {
-                    "TEXT" => b.push_text(index, Some(row.try_get::<&str, _>(col.ordinal).map_err(|e| e.to_string())?)),
-                    _ => Err(wrong("text")),
-                },
-                ColumnKind::Timestamp => match type_name.as_str() {
-                    "TEXT" | "DATETIME" | "DATE" | "TIME" => {
-                        let text = row.try_get::<&str, _>(col.ordinal).map_err(|e| e.to_string())?;
-                        let micros = parse_sqlite_timestamp(text, offset).ok_or_else(|| format!("'{text}' is not a timestamp (use YYYY-MM-DD HH:MM:SS[.ffffff][±HH:MM])"))?;
-                        b.push_timestamp(index, Some(micros))
-                    }
-                    _ => Err(wrong("a timestamp as text")),
-                },
-            }
+    let raw = row.try_get_raw(col.ordinal).map_err(|e| e.to_string())?;
+    if raw.is_null() {
+        return push_null(b, index, col.kind);
+    }
+    let type_info = raw.type_info();
+    let type_name = type_info.name();
+    let wrong = |expected: &str| format!("holds a value of type {type_name}, expected {expected}");
+    let decode_err = |e: sqlx::error::BoxDynError| e.to_string();
+    match (col.kind, type_name) {
+        (ColumnKind::Int64 | ColumnKind::Int32, "INTEGER" | "BIGINT" | "INT8" | "BOOLEAN") => {
+            b.push_int(index, Some(<i64 as Decode<Sqlite>>::decode(raw).map_err(decode_err)?))
         }
+        (ColumnKind::Int64 | ColumnKind::Int32, _) => Err(wrong("an integer")),
+        (ColumnKind::Text, "TEXT") => b.push_text(index, Some(<&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?)),
+        (ColumnKind::Text, _) => Err(wrong("text")),
+        (ColumnKind::Timestamp, "TEXT" | "DATETIME" | "DATE" | "TIME") => {
+            let text = <&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?;
+            let micros = parse_sqlite_timestamp(text, offset)
+                .ok_or_else(|| format!("'{text}' is not a timestamp (use YYYY-MM-DD HH:MM:SS[.ffffff][±HH:MM])"))?;
+            b.push_timestamp(index, Some(micros))
+        }
+        (ColumnKind::Timestamp, _) => Err(wrong("a timestamp as text")),
     }
 }
 

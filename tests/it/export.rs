@@ -547,3 +547,20 @@ async fn postgres_bad_credentials_and_queries_are_named_without_the_password() {
         eprintln!("expected error: {}", assert_source_error(run_export(&job, &out).await, name, needles, &out));
     }
 }
+
+/// The demo loads a generated day into SQLite; it must take seconds, not minutes.
+/// Run by hand: `cargo test --test it export::sqlite_loader -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "timing; about 650k rows"]
+async fn sqlite_loader_takes_a_100k_order_day_in_seconds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let day = day(100_000);
+    let url = format!("sqlite://{}", tmp.path().join("big.db").display());
+    let started = std::time::Instant::now();
+    let report = load::load_tables(&url, &day, &LoadOptions::default()).await.unwrap();
+    eprintln!("loaded {} rows ({:?}) in {:?}", report.rows(), report.tables, started.elapsed());
+    let started = std::time::Instant::now();
+    let job = job_text(&url, "UTC", "", None, |_, q| q);
+    let exported = run_export(&job, &tmp.path().join("out")).await.unwrap();
+    eprintln!("exported {} rows in {:?}", exported.rows, started.elapsed());
+}
