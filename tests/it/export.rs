@@ -52,11 +52,17 @@ impl Rng {
     }
 }
 
+type LedgerRow = (String, i64, String, Option<String>, String, Option<String>, Option<String>, Option<i32>, Option<i64>, Option<String>, Micros);
+/// `(source, receipt_id, order_id, effect, msg_id, status, created_at)`.
+type ReceiptRow = (String, String, i64, String, Option<String>, String, Micros);
+/// A source to break, how to edit its query, and what the error must say.
+type Case = (&'static str, Box<dyn Fn(String) -> String>, &'static [&'static str]);
+
 #[derive(Default)]
 struct Rows {
-    ledger: Vec<(String, i64, String, Option<String>, String, Option<String>, Option<String>, Option<i32>, Option<i64>, Option<String>, Micros)>,
+    ledger: Vec<LedgerRow>,
     history: Vec<(i64, String, Micros)>,
-    receipts: Vec<(String, String, i64, String, Option<String>, String, Micros)>, // source first
+    receipts: Vec<ReceiptRow>,
 }
 
 /// `orders` orders over the two days before the cut (some after it), with the incident
@@ -352,7 +358,7 @@ async fn sqlite_round_trip_gives_the_outputs_of_the_original_day() {
 async fn sqlite_query_errors_name_the_source_and_table() {
     let tmp = tempfile::tempdir().unwrap();
     let url = sqlite_day(tmp.path(), 0).await;
-    let cases: [(&str, Box<dyn Fn(String) -> String>, &[&str]); 4] = [
+    let cases: [Case; 4] = [
         ("fulfilment", Box::new(|q| q.replace(", consumer_id", "")), &["fulfilment", "ledger", "no column 'consumer_id'"]),
         ("orders", Box::new(|q| q.replace("SELECT order_id, status", "SELECT 'x' || order_id AS order_id, status")), &["orders", "status_history", "order_id"]),
         ("points", Box::new(|q| q.replace("SELECT receipt_id, order_id, effect", "SELECT receipt_id, order_id, NULL AS effect")), &["points", "receipts", "effect", "NULL"]),
@@ -457,7 +463,7 @@ async fn mysql_wrong_password_and_bad_queries_are_named_without_the_password() {
     let job = job_text(reader.as_str(), "UTC", "", Some("EFFECT_RECON_IT_MYSQL_RIGHT_PW"), |_, q| q);
     run_export(&job, &tmp.path().join("right")).await.expect("the right password works");
 
-    let cases: [(&str, Box<dyn Fn(String) -> String>, &[&str]); 3] = [
+    let cases: [Case; 3] = [
         ("fulfilment", Box::new(|q| q.replace(", consumer_id", "")), &["no column 'consumer_id'"]),
         ("orders", Box::new(|q| q.replace("SELECT order_id, status", "SELECT CONCAT('x', order_id) AS order_id, status")), &["order_id", "VARCHAR"]),
         ("points", Box::new(|q| q.replace("effect, msg_id", "IF(order_id % 2 = 0, NULL, effect) AS effect, msg_id")), &["effect", "NULL"]),
@@ -536,7 +542,7 @@ async fn postgres_bad_credentials_and_queries_are_named_without_the_password() {
     assert!(!message.contains("pg-S3cret-pw"), "{message}");
     eprintln!("expected error: {message}");
 
-    let cases: [(&str, Box<dyn Fn(String) -> String>, &[&str]); 3] = [
+    let cases: [Case; 3] = [
         ("fulfilment", Box::new(|q| q.replace(", consumer_id", "")), &["no column 'consumer_id'"]),
         ("orders", Box::new(|q| q.replace("SELECT order_id, status", "SELECT order_id::text AS order_id, status")), &["order_id", "TEXT"]),
         ("points", Box::new(|q| q.replace("effect, msg_id", "CASE WHEN order_id % 2 = 0 THEN NULL ELSE effect END AS effect, msg_id")), &["effect", "NULL"]),
