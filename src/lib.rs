@@ -19,12 +19,15 @@
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
 //! * [`gen`] — the synthetic 24-partition workload with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs checked against a ground truth.
+//! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
+//!   the loader that puts a snapshot into a database with the recommended schema.
 //!
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
 pub mod config;
 pub mod error;
 pub mod explore;
+pub mod export;
 pub mod gen;
 pub mod output;
 pub mod parquet_parts;

@@ -3,6 +3,8 @@
 
 mod demo;
 mod gen;
+mod export;
+mod nightly;
 mod run;
 mod sql;
 mod verify;
@@ -32,6 +34,12 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Generate a day, reconcile it and verify it, in one folder.
     Demo(demo::DemoArgs),
+    /// Export database sources (MySQL, PostgreSQL, SQLite) into a Parquet snapshot.
+    Export(export::ExportArgs),
+    /// The scheduled job: export into <root>/snapshot=<cut>/, then run into <root>/run=<id>/.
+    Nightly(nightly::NightlyArgs),
+    /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
+    Load(export::LoadArgs),
 }
 
 /// How a successful command ended.
@@ -61,6 +69,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Gen(args) => gen::execute(args).await,
         Command::Verify(args) => verify::execute(args).await,
         Command::Demo(args) => demo::execute(args).await,
+        Command::Export(args) => export::execute(args).await,
+        Command::Nightly(args) => nightly::execute(args).await,
+        Command::Load(args) => export::execute_load(args).await,
     }
 }
 

@@ -2,6 +2,8 @@
 //!
 //! Both refuse unknown keys, so a typo never silently changes what a run judges.
 
+pub mod job;
 pub mod rules;
 
+pub use job::{JobConfig, SourceConfig};
 pub use rules::{Rule, RuleSet};

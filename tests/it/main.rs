@@ -8,11 +8,14 @@
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
+//!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
 
 mod bad_input;
 mod cli;
 mod common;
 mod differential;
+mod export;
 mod fixture;
 mod gen;
 mod slt;

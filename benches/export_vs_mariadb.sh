@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Export throughput from MariaDB/MySQL, side by side with the stock client reading the
+# same rows: `effect-recon export` (rows → Arrow → zstd Parquet) versus
+# `mariadb --batch --quick -e 'SELECT …' > /dev/null` (rows → tab-separated text, discarded).
+#
+# Usage: benches/export_vs_mariadb.sh [SNAPSHOT_DIR]
+#   SNAPSHOT_DIR   optional snapshot to load first (into a fresh database) with `effect-recon load`
+# Environment:
+#   EFFECT_RECON_BIN   binary to time (default: $CARGO_TARGET_DIR/release/effect-recon; build it
+#                      with `cargo build --release` — a debug binary only proves the script works)
+#   BENCH_DB           database name (default: er_bench); recreated when SNAPSHOT_DIR is given
+#   BENCH_HOST/BENCH_PORT/BENCH_USER   server (default 127.0.0.1, 3306, root; no password)
+#   BENCH_CUT          cut (default: the snapshot's cut, else now)
+#   BENCH_CONNECTIONS  export connections (default 4)
+set -euo pipefail
+
+target_dir=${CARGO_TARGET_DIR:-$HOME/.cache/effect-recon/target}
+bin=${EFFECT_RECON_BIN:-$target_dir/release/effect-recon}
+db=${BENCH_DB:-er_bench}
+host=${BENCH_HOST:-127.0.0.1}
+port=${BENCH_PORT:-3306}
+user=${BENCH_USER:-root}
+connections=${BENCH_CONNECTIONS:-4}
+snapshot=${1:-}
+
+[[ -x $bin ]] || { echo "no binary at $bin (set EFFECT_RECON_BIN or cargo build --release)" >&2; exit 2; }
+client=(mariadb --host="$host" --port="$port" --user="$user")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+url="mysql://$user@$host:$port/$db"
+
+if [[ -n $snapshot ]]; then
+  "${client[@]}" -e "DROP DATABASE IF EXISTS $db; CREATE DATABASE $db"
+  echo "loading $snapshot into $db ..."
+  "$bin" load --snapshot "$snapshot" --url "$url" | tail -1
+  cut=${BENCH_CUT:-$(sed -n 's/.*"cut": *"\([^"]*\)".*/\1/p' "$snapshot/manifest.json" | head -1)}
+else
+  cut=${BENCH_CUT:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
+fi
+
+# The exporter binds (cut - 1 day - 30 days, cut]; the client gets the same bounds as literals.
+lower_sql=$(date -u -d "$cut - 31 days" '+%Y-%m-%d %H:%M:%S')
+cut_sql=$(date -u -d "$cut" '+%Y-%m-%d %H:%M:%S')
+
+queries=(
+  "ledger|fulfilment|SELECT msg_id, order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, decided_at FROM idempotent_msg WHERE decided_at > ? AND decided_at <= ?"
+  "status_history|orders|SELECT order_id, status, changed_at FROM order_status_history WHERE changed_at > ? AND changed_at <= ?"
+  "receipts|points|SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM points_receipt WHERE created_at > ? AND created_at <= ?"
+  "receipts|wms|SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM wms_receipt WHERE created_at > ? AND created_at <= ?"
+  "receipts|logistics|SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM logistics_receipt WHERE created_at > ? AND created_at <= ?"
+)
+
+{
+  echo "lookback = \"30d\""
+  echo "[export]"
+  echo "connections = $connections"
+  for q in "${queries[@]}"; do
+    IFS='|' read -r table name sql <<<"$q"
+    printf '\n[[source]]\ntable = "%s"\nname = "%s"\nurl = "%s"\nquery = """\n%s\n"""\n' "$table" "$name" "$url" "$sql"
+  done
+} >"$work/job.toml"
+
+now() { date +%s.%N; }
+
+start=$(now)
+"$bin" export --config "$work/job.toml" --out "$work/snapshot" --cut "$cut" --quiet >"$work/export.out"
+export_secs=$(echo "$(now) - $start" | bc -l)
+rows=$(sed -n 's/.*: \([0-9]*\) rows from.*/\1/p' "$work/export.out")
+
+start=$(now)
+for q in "${queries[@]}"; do
+  IFS='|' read -r _ _ sql <<<"$q"
+  sql=${sql/\?/\'$lower_sql\'}
+  sql=${sql/\?/\'$cut_sql\'}
+  "${client[@]}" --batch --quick "$db" -e "$sql" >/dev/null
+done
+client_secs=$(echo "$(now) - $start" | bc -l)
+
+rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
+printf '%-34s %12s %10s %14s\n' "reader" "rows" "seconds" "rows/s"
+printf '%-34s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
+printf '%-34s %12d %10.3f %14s\n' "mariadb --batch --quick > /dev/null" "$rows" "$client_secs" "$(rate "$rows" "$client_secs")"
+printf "ratio export/client rows/s: %.2f\n" "$(echo "$client_secs / $export_secs" | bc -l)"

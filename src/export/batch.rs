@@ -1,0 +1,122 @@
+//! Arrow batches of the contract types, filled one database value at a time.
+//!
+//! Every value passes through [`BatchBuilder`], which enforces the contract's NULL rules
+//! and Int32 range, so a batch it returns always has exactly `Table::schema()`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use crate::snapshot::{ColumnKind, ColumnSpec, Table, UTC};
+
+/// One column being built.
+enum ColumnBuilder {
+    Text(StringBuilder),
+    Int64(Int64Builder),
+    Int32(Int32Builder),
+    Timestamp(TimestampMicrosecondBuilder),
+}
+
+/// Rows of one table being collected into a batch.
+pub struct BatchBuilder {
+    schema: SchemaRef,
+    specs: &'static [ColumnSpec],
+    columns: Vec<ColumnBuilder>,
+    rows: usize,
+}
+
+impl BatchBuilder {
+    /// An empty builder for `table`.
+    pub fn new(table: Table, capacity: usize) -> Self {
+        let specs = table.columns();
+        let columns = specs.iter().map(|spec| new_column(spec.kind, capacity)).collect();
+        BatchBuilder { schema: table.schema(), specs, columns, rows: 0 }
+    }
+
+    /// The contract columns, in order.
+    pub fn specs(&self) -> &'static [ColumnSpec] {
+        self.specs
+    }
+
+    /// Rows appended since the last [`BatchBuilder::finish`].
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Appends an integer (or NULL) to column `index`.
+    pub fn push_int(&mut self, index: usize, value: Option<i64>) -> Result<(), String> {
+        let value = self.check_null(index, value)?;
+        match &mut self.columns[index] {
+            ColumnBuilder::Int64(b) => b.append_option(value),
+            ColumnBuilder::Int32(b) => {
+                let narrowed = value
+                    .map(|v| i32::try_from(v).map_err(|_| format!("value {v} does not fit the contract's Int32")))
+                    .transpose()?;
+                b.append_option(narrowed)
+            }
+            _ => return Err("internal: integer pushed into a non-integer column".into()),
+        }
+        Ok(())
+    }
+
+    /// Appends a string (or NULL) to column `index`.
+    pub fn push_text(&mut self, index: usize, value: Option<&str>) -> Result<(), String> {
+        let value = self.check_null(index, value)?;
+        match &mut self.columns[index] {
+            ColumnBuilder::Text(b) => b.append_option(value),
+            _ => return Err("internal: text pushed into a non-text column".into()),
+        }
+        Ok(())
+    }
+
+    /// Appends an instant in UTC microseconds (or NULL) to column `index`.
+    pub fn push_timestamp(&mut self, index: usize, value: Option<i64>) -> Result<(), String> {
+        let value = self.check_null(index, value)?;
+        match &mut self.columns[index] {
+            ColumnBuilder::Timestamp(b) => b.append_option(value),
+            _ => return Err("internal: timestamp pushed into a non-timestamp column".into()),
+        }
+        Ok(())
+    }
+
+    /// Marks the end of a row (after one push per column).
+    pub fn end_row(&mut self) {
+        self.rows += 1;
+    }
+
+    /// The rows collected so far as one batch; the builder starts over empty.
+    pub fn finish(&mut self) -> Result<RecordBatch, String> {
+        let arrays: Vec<ArrayRef> = self
+            .columns
+            .iter_mut()
+            .map(|c| -> ArrayRef {
+                match c {
+                    ColumnBuilder::Text(b) => Arc::new(b.finish()),
+                    ColumnBuilder::Int64(b) => Arc::new(b.finish()),
+                    ColumnBuilder::Int32(b) => Arc::new(b.finish()),
+                    ColumnBuilder::Timestamp(b) => Arc::new(b.finish().with_timezone(UTC)),
+                }
+            })
+            .collect();
+        self.rows = 0;
+        RecordBatch::try_new(Arc::clone(&self.schema), arrays).map_err(|e| format!("internal: building a batch: {e}"))
+    }
+
+    fn check_null<T>(&self, index: usize, value: Option<T>) -> Result<Option<T>, String> {
+        if value.is_none() && !self.specs[index].nullable {
+            return Err("is NULL; the contract says it must not be".into());
+        }
+        Ok(value)
+    }
+}
+
+fn new_column(kind: ColumnKind, capacity: usize) -> ColumnBuilder {
+    match kind {
+        ColumnKind::Text => ColumnBuilder::Text(StringBuilder::with_capacity(capacity, capacity * 16)),
+        ColumnKind::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(capacity)),
+        ColumnKind::Int32 => ColumnBuilder::Int32(Int32Builder::with_capacity(capacity)),
+        ColumnKind::Timestamp => ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity)),
+    }
+}
