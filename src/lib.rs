@@ -17,6 +17,7 @@
 //! * [`recon`] — `run`: the reconciliation and its outputs.
 //! * [`output`] — atomic publishing of a run (files first, manifest last).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
+//! * [`nightly`] — the scheduled job: export, then run.
 //! * [`gen`] — the synthetic 24-partition workload with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs checked against a ground truth.
 //! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
@@ -29,6 +30,7 @@ pub mod error;
 pub mod explore;
 pub mod export;
 pub mod gen;
+pub mod nightly;
 pub mod output;
 pub mod parquet_parts;
 pub mod queries;

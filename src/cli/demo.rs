@@ -1,29 +1,39 @@
-//! `effect-recon demo`: a generated day, reconciled and verified, in one folder.
-//!
-//! Each step is its own function (prepare, generate, reconcile, check) so the lead can
-//! route the generated day through an embedded database and the exporter later.
+//! `effect-recon demo`: the main job end to end on the embedded default. A generated day
+//! is loaded into an embedded SQLite database (the source a newcomer has without any
+//! server), exported and reconciled by the nightly pipeline, and verified against the
+//! ground truth of the generator.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use effect_recon::config::RuleSet;
+use effect_recon::config::JobConfig;
+use effect_recon::export::load::{load_snapshot, LoadOptions};
+use effect_recon::export::{Progress, ProgressMode};
 use effect_recon::gen::{self, truth::TRUTH_FILE, GenPlan, GenReport};
+use effect_recon::nightly::{nightly, NightlyPlan, NightlyReport};
 use effect_recon::output::run_folder;
-use effect_recon::recon::{self, RunPlan, RunReport};
 use effect_recon::session::SessionOptions;
 use effect_recon::storage::Location;
+use effect_recon::time::format_elapsed;
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};
 use effect_recon::Error;
 
 use super::Outcome;
 
-/// Generate a day, reconcile it and check the result against the ground truth.
+/// The embedded default job: every source in `fulfilment.db`, the nightly root `recon/`.
+const DEMO_JOB: &str = include_str!("../../fixtures/demo/job.toml");
+
+/// Generate a day into SQLite, run the nightly job on it (export, then run) and check the
+/// findings against the ground truth.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Re-running replaces the previous demo in the same folder.\nExample:\n  effect-recon demo --orders 100000 --dir ./demo")]
+#[command(after_help = "Writes <dir>/generated (the day and its truth), <dir>/fulfilment.db (SQLite),
+<dir>/job.toml and <dir>/recon/ (snapshot=<cut>/ and run=<id>/). Re-running replaces them.
+Example:
+  effect-recon demo --orders 100000 --dir ./demo")]
 pub struct DemoArgs {
     /// Orders in the generated day.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     orders: u64,
-    /// Folder of the demo: <dir>/snapshot and <dir>/out.
+    /// Folder of the demo.
     #[arg(long, value_name = "DIR", default_value = "./demo")]
     dir: PathBuf,
     /// Seed of the generated day.
@@ -31,74 +41,97 @@ pub struct DemoArgs {
     seed: u64,
 }
 
-/// The folders of a demo.
+/// The places of a demo.
 struct DemoDirs {
-    snapshot: Location,
-    out: Location,
+    root: PathBuf,
+    generated: Location,
+    database: PathBuf,
+    job: PathBuf,
+    recon: PathBuf,
 }
 
 /// Runs `effect-recon demo`.
 pub async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
-    let dirs = prepare(&args).await?;
+    let dirs = prepare(&args)?;
     let generated = generate(&dirs, &args).await?;
     eprint!("{}", generated.render());
-    let run = reconcile(&dirs).await?;
-    let checked = check(&dirs, &run).await?;
-    print!("{}", run.summary.render());
+    load(&dirs).await?;
+    let report = run_nightly(&dirs, &generated).await?;
+    let checked = check(&dirs, &report).await?;
+    print!("{}", report.run.summary.render());
     print!("{}", checked.render());
-    print_next_steps(&args, &run);
+    print_next_steps(&dirs, &report);
     if !checked.is_exact() {
         return Err(Error::Mismatch(format!("the demo run differs from its ground truth in {} places", checked.mismatch_count)).into());
     }
     Ok(Outcome::Clean)
 }
 
-/// Clears the previous demo's snapshot and outputs (and nothing else in the folder).
-async fn prepare(args: &DemoArgs) -> anyhow::Result<DemoDirs> {
-    let root = args.dir.to_string_lossy();
-    let dirs = DemoDirs { snapshot: Location::parse(&format!("{root}/snapshot"))?, out: Location::parse(&format!("{root}/out"))? };
-    dirs.snapshot.delete_all().await?;
-    dirs.out.delete_all().await?;
+/// Removes the previous demo's outputs (and nothing else in the folder).
+fn prepare(args: &DemoArgs) -> anyhow::Result<DemoDirs> {
+    std::fs::create_dir_all(&args.dir)?;
+    let root = std::fs::canonicalize(&args.dir)?;
+    let dirs = DemoDirs {
+        generated: Location::parse(&root.join("generated").display().to_string())?,
+        database: root.join("fulfilment.db"),
+        job: root.join("job.toml"),
+        recon: root.join("recon"),
+        root,
+    };
+    for dir in [dirs.root.join("generated"), dirs.recon.clone()] {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+    }
+    for file in [&dirs.database, &dirs.job] {
+        if file.exists() {
+            std::fs::remove_file(file)?;
+        }
+    }
     Ok(dirs)
 }
 
-/// Generates the day into `<dir>/snapshot`.
+/// Generates the day (with the msg-7391 incident planted) into `<dir>/generated`.
 async fn generate(dirs: &DemoDirs, args: &DemoArgs) -> anyhow::Result<GenReport> {
-    let mut plan = GenPlan::new(dirs.snapshot.clone(), args.orders)?;
+    let mut plan = GenPlan::new(dirs.generated.clone(), args.orders)?;
     plan.seed = args.seed;
     plan.incident = true;
     Ok(gen::generate(&plan).await?)
 }
 
-/// Reconciles the snapshot into `<dir>/out` with the default rules and window.
-async fn reconcile(dirs: &DemoDirs) -> anyhow::Result<RunReport> {
-    let plan = RunPlan {
-        snapshot: dirs.snapshot.clone(),
-        out: dirs.out.clone(),
-        rules: RuleSet::default_rules()?,
-        cut: None,
-        since: None,
-        run_id: None,
-        replace: true,
-        session: SessionOptions::default(),
-        explain: false,
-    };
-    Ok(recon::run(&plan, &mut |line| eprintln!("{line}")).await?)
+/// Loads the generated day into `<dir>/fulfilment.db` with the recommended schema.
+async fn load(dirs: &DemoDirs) -> anyhow::Result<()> {
+    let url = format!("sqlite:{}", dirs.database.display());
+    let report = load_snapshot(&dirs.generated, &url, &LoadOptions::default()).await?;
+    eprintln!("demo: loaded {} rows into {} in {}", report.rows(), dirs.database.display(), format_elapsed(report.elapsed));
+    Ok(())
+}
+
+/// Writes the embedded job next to the database and runs it like cron would.
+async fn run_nightly(dirs: &DemoDirs, generated: &GenReport) -> anyhow::Result<NightlyReport> {
+    std::fs::write(&dirs.job, DEMO_JOB)?;
+    let cut = generated.window.map(|w| w.cut).ok_or_else(|| anyhow::anyhow!("gen reported no cut"))?;
+    let plan = NightlyPlan { job: JobConfig::load(&dirs.job)?, cut, replace: true, session: SessionOptions::default() };
+    let progress = Progress::new(ProgressMode::detect());
+    Ok(nightly(&plan, &progress, &mut |line| eprintln!("nightly: {line}")).await?)
 }
 
 /// Verifies the run against the truth gen wrote.
-async fn check(dirs: &DemoDirs, run: &RunReport) -> anyhow::Result<VerifyReport> {
-    let plan = VerifyPlan { truth_folder: dirs.snapshot.clone(), truth_file: TRUTH_FILE.into(), run: dirs.out.join(&run_folder(&run.summary.run_id)) };
+async fn check(dirs: &DemoDirs, report: &NightlyReport) -> anyhow::Result<VerifyReport> {
+    let run = Location::parse(&dirs.recon.display().to_string())?.join(&run_folder(&report.run.summary.run_id));
+    let plan = VerifyPlan { truth_folder: dirs.generated.clone(), truth_file: TRUTH_FILE.into(), run };
     Ok(verify::verify(&plan).await?)
 }
 
-fn print_next_steps(args: &DemoArgs, run: &RunReport) {
-    let root = args.dir.display();
-    let run_dir = format!("{root}/out/{}", run_folder(&run.summary.run_id));
-    println!("snapshot: {root}/snapshot   (truth: {root}/snapshot/{TRUTH_FILE})");
+fn print_next_steps(dirs: &DemoDirs, report: &NightlyReport) {
+    let snapshot = report.snapshot.display("");
+    let run_dir = report.run.folder.clone();
+    println!("source:   {} (SQLite; job {})", dirs.database.display(), dirs.job.display());
+    println!("snapshot: {snapshot}");
     println!("outputs:  {run_dir}");
-    println!("try:");
+    println!("truth:    {}", Path::new(&dirs.generated.display(TRUTH_FILE)).display());
+    println!("explore:");
     println!(
-        "  effect-recon sql --snapshot {root}/snapshot --run {run_dir} -c \"SELECT class, verdict, count(*) AS n FROM discrepancies GROUP BY class, verdict ORDER BY class, verdict\""
+        "  effect-recon sql --snapshot {snapshot} --run {run_dir} -c \"SELECT class, verdict, count(*) AS n FROM discrepancies GROUP BY class, verdict ORDER BY class, verdict\""
     );
 }

@@ -1,16 +1,11 @@
 //! `effect-recon nightly`: the scheduled job, `export` then `run`, one log line per stage.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
-use anyhow::Context;
-use effect_recon::config::{JobConfig, RuleSet};
-use effect_recon::export::{self, ExportPlan};
-use effect_recon::recon::{self, RunPlan};
+use effect_recon::config::JobConfig;
+use effect_recon::nightly::{nightly, NightlyPlan};
 use effect_recon::session::SessionOptions;
-use effect_recon::snapshot::MANIFEST;
-use effect_recon::storage::Location;
-use effect_recon::time::{format_compact, format_elapsed, format_instant};
+use effect_recon::time::format_elapsed;
 
 use super::export::{default_cut, progress};
 use super::{parse_instant_arg, Outcome};
@@ -40,55 +35,23 @@ pub struct NightlyArgs {
 
 /// Runs `effect-recon nightly`.
 pub async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
-    let started = Instant::now();
-    let job = JobConfig::load(&args.config)?;
-    let root_text = job.root.clone().with_context(|| format!("{}: nightly needs `root` (where snapshot=<cut>/ and run=<id>/ go)", args.config.display()))?;
-    let root = Location::parse(&root_text)?;
-    let rules = RuleSet::load(job.rules.as_deref())?;
-    let cut = args.cut.unwrap_or_else(default_cut);
-    let snapshot = root.join(&format!("snapshot={}", format_compact(cut)));
-    let stage = |line: String| eprintln!("nightly: {line}");
-    stage(format!("cut {}, rules {} ({})", format_instant(cut), rules.origin, &rules.hash[..12]));
-
-    if snapshot.exists(MANIFEST).await? {
-        stage(format!("export skipped: {} is already complete", snapshot.display("")));
-    } else {
-        let plan = ExportPlan { job, out: snapshot.clone(), cut };
-        let report = export::export(&plan, &progress(args.quiet)).await?;
-        stage(format!("export done: {} rows from {} sources into {} in {}", report.rows, report.sources.len(), report.location, format_elapsed(report.elapsed)));
-    }
-
-    let run_started = Instant::now();
-    let plan = RunPlan {
-        snapshot,
-        out: root,
-        rules,
-        cut: None,
-        since: None,
-        run_id: None,
+    let plan = NightlyPlan {
+        job: JobConfig::load(&args.config)?,
+        cut: args.cut.unwrap_or_else(default_cut),
         replace: args.replace,
         session: SessionOptions::default(),
-        explain: false,
     };
     let quiet = args.quiet;
-    let mut run_progress = |line: &str| {
-        if !quiet {
-            eprintln!("nightly: run: {line}");
+    let mut stage = |line: &str| {
+        if !quiet || !line.starts_with("run: ") {
+            eprintln!("nightly: {line}");
         }
     };
-    let report = recon::run(&plan, &mut run_progress).await?;
-    stage(format!(
-        "run done: {} findings ({} BREAK), {} compensation tasks into {} in {}",
-        report.summary.findings.iter().map(|f| f.count).sum::<u64>(),
-        report.summary.breaks(),
-        report.summary.compensation_tasks,
-        report.folder,
-        format_elapsed(run_started.elapsed())
-    ));
-    print!("{}", report.summary.render());
-    println!("outputs: {}", report.folder);
-    stage(format!("finished in {}", format_elapsed(started.elapsed())));
-    if args.fail_on_breaks && report.summary.breaks() > 0 {
+    let report = nightly(&plan, &progress(args.quiet), &mut stage).await?;
+    print!("{}", report.run.summary.render());
+    println!("outputs: {}", report.run.folder);
+    eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
+    if args.fail_on_breaks && report.run.summary.breaks() > 0 {
         return Ok(Outcome::Breaks);
     }
     Ok(Outcome::Clean)

@@ -189,7 +189,9 @@ impl JobConfig {
             }
         }
         let rules = file.rules.map(|r| base.join(r));
-        Ok(JobConfig { path: path.to_path_buf(), root: file.root, rules, lookback, export, sources })
+        // A plain relative root is relative to this file, like `rules` and SQLite paths.
+        let root = file.root.map(|r| if r.contains("://") || Path::new(&r).is_absolute() { r } else { base.join(r).display().to_string() });
+        Ok(JobConfig { path: path.to_path_buf(), root, rules, lookback, export, sources })
     }
 
     /// The two bound parameters for a cut: `(since - lookback, cut)` with `since = cut - 1 day`.

@@ -93,3 +93,19 @@ fn help_lists_every_command() {
         assert!(stdout.contains(command), "{stdout}");
     }
 }
+
+#[test]
+fn demo_goes_through_sqlite_and_the_nightly_job_and_equals_the_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo");
+    for attempt in 0..2 {
+        // The second attempt proves a re-run in the same folder replaces the first.
+        let output = effect_recon(&["demo", "--orders", "3000", "--dir", demo.to_str().unwrap()]);
+        let (stdout, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(0), "attempt {attempt}: {stdout}{stderr}");
+        assert!(stderr.contains("demo: loaded") && stderr.contains("nightly: export done"), "{stderr}");
+        assert!(stdout.contains("verify: the run equals the truth exactly"), "{stdout}");
+        assert!(stdout.contains("effect-recon sql --snapshot"), "{stdout}");
+    }
+    assert!(demo.join("fulfilment.db").exists() && demo.join("recon/run=20261129T160000Z/manifest.json").exists());
+}
