@@ -32,7 +32,7 @@ enum Command {
     Gen(gen::GenArgs),
     /// Check a run against the ground truth of gen.
     Verify(verify::VerifyArgs),
-    /// Generate a day, reconcile it and verify it, in one folder.
+    /// The main job on the embedded default: a generated day in SQLite, nightly (export, run), verify.
     Demo(demo::DemoArgs),
     /// Export database sources (MySQL, PostgreSQL, SQLite) into a Parquet snapshot.
     Export(export::ExportArgs),
