@@ -2,12 +2,13 @@
 //! shows up locally. It reconciles a snapshot already registered in a session, i.e. the
 //! `reconcile` stage of `effect-recon run` (validation and writing excluded).
 //!
-//! The snapshot is `EFFECT_RECON_BENCH_SNAPSHOT` when set (e.g. a generated day), else
-//! the committed tiny fixture. The side-by-side comparison with DuckDB and MariaDB is
-//! `benches/compare.py` (see benches/README.md).
+//! The snapshot is `EFFECT_RECON_BENCH_SNAPSHOT` when set, else a small day generated
+//! with a fixed seed (20,000 orders, 24 partitions). The side-by-side comparison with
+//! DuckDB and MariaDB is `benches/compare.py` (see benches/README.md).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use effect_recon::config::RuleSet;
+use effect_recon::gen::{self, GenPlan};
 use effect_recon::recon::{reconcile, Window};
 use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::Snapshot;
@@ -15,14 +16,24 @@ use effect_recon::storage::Location;
 
 fn bench_reconcile(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
-    let path = std::env::var("EFFECT_RECON_BENCH_SNAPSHOT").unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/tiny/snapshot").to_string());
+    let generated = tempfile::tempdir().expect("temp dir");
+    let (path, name) = match std::env::var("EFFECT_RECON_BENCH_SNAPSHOT") {
+        Ok(path) => (path.clone(), path),
+        Err(_) => {
+            let path = generated.path().join("snapshot").display().to_string();
+            let mut plan = GenPlan::new(Location::parse(&path).expect("location"), 20_000).expect("gen plan");
+            plan.seed = 7;
+            runtime.block_on(gen::generate(&plan)).expect("gen");
+            (path, "generated day, 20000 orders".to_string())
+        }
+    };
     let location = Location::parse(&path).expect("snapshot location");
     let snapshot = runtime.block_on(Snapshot::open(&location)).expect("snapshot");
     let rules = RuleSet::default_rules().expect("rules");
     let window = Window::resolve(snapshot.cut(), None, None).expect("window");
     let mut group = c.benchmark_group("reconcile");
     group.sample_size(10);
-    group.bench_function(format!("{path}"), |b| {
+    group.bench_function(name, |b| {
         b.iter(|| {
             runtime.block_on(async {
                 let ctx = session::build(&SessionOptions { target_partitions: 2, ..SessionOptions::default() }).expect("session");
