@@ -442,11 +442,12 @@ def check_duckdb_equals_run(run_dir: Path, duck_dir: Path) -> str:
     for table, (_, keys) in OUTPUTS.items():
         con.execute(f"CREATE VIEW duck_{table} AS SELECT * FROM read_parquet('{duck_dir / table}/*.parquet', "
                     "hive_partitioning = false)")
-        run_cols = [d[0] for d in con.execute(f"SELECT * FROM run_{table} LIMIT 0").description]
-        duck_cols = [d[0] for d in con.execute(f"SELECT * FROM duck_{table} LIMIT 0").description]
-        if run_cols != duck_cols:
-            problems.append(f"{table}: columns differ\n  run:    {run_cols}\n  duckdb: {duck_cols}")
+        run_schema = con.execute(f"SELECT column_name, column_type FROM (DESCRIBE run_{table})").fetchall()
+        duck_schema = con.execute(f"SELECT column_name, column_type FROM (DESCRIBE duck_{table})").fetchall()
+        if run_schema != duck_schema:
+            problems.append(f"{table}: columns or types differ\n  run:    {run_schema}\n  duckdb: {duck_schema}")
             continue
+        run_cols = [name for name, _ in run_schema]
         for level, cols in (("key columns " + keys, keys), ("all columns", ", ".join(run_cols))):
             only_run, only_duck = differences(con, f"run_{table}", f"duck_{table}", cols)
             if only_run or only_duck:
@@ -740,7 +741,10 @@ def main(argv: list[str]) -> int:
             done.append(case)
     finally:
         if not args.skip_mariadb and not args.keep_mariadb:
-            MariaDB(args.mariadb_host, args.mariadb_port, args.mariadb_user, 120).drop()
+            try:
+                MariaDB(args.mariadb_host, args.mariadb_port, args.mariadb_user, 120).drop()
+            except (BenchError, OSError, subprocess.SubprocessError) as error:
+                print(f"compare.py: warning: could not drop {MARIADB_DB}: {error}", file=sys.stderr)
     write_results(args.results, done, args, binary, argv)
     print(f"wrote {args.results}")
     return 0
