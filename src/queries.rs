@@ -66,20 +66,10 @@ pub const PIPELINE: [Query; 10] = [
     SKIP_VERDICTS,
 ];
 
-/// Every embedded query (for tests and `--explain`).
-pub const ALL: [Query; 11] = [
-    RULE_STATUSES,
-    EFFECT_DUE,
-    EFFECT_RECEIPTS,
-    EFFECT_STATE,
-    EFFECTS_IN_PLAY,
-    CANDIDATES,
-    TRIGGER_EVIDENCE,
-    DISCREPANCIES,
-    COMPENSATION_TASKS,
-    SKIP_VERDICTS,
-    DUPLICATE_MSG_IDS,
-];
+/// Every embedded query: the pipeline and the checks.
+pub fn all() -> impl Iterator<Item = Query> {
+    PIPELINE.into_iter().chain([DUPLICATE_MSG_IDS])
+}
 
 /// A named parameter value (`$cut`, `$since`).
 pub type Param = (&'static str, ScalarValue);
@@ -130,8 +120,22 @@ fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> R
 mod tests {
     #[test]
     fn every_query_starts_with_its_contract() {
-        for query in super::ALL {
+        for query in super::all() {
             assert!(query.text.starts_with(&format!("-- {}:", query.name)), "sql/{}.sql lacks its header comment", query.name);
         }
+    }
+
+    #[test]
+    fn every_sql_file_is_embedded() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().into_string().ok())
+            .filter_map(|name| name.strip_suffix(".sql").map(str::to_string))
+            .collect();
+        files.sort();
+        let mut embedded: Vec<String> = super::all().map(|q| q.name.to_string()).collect();
+        embedded.sort();
+        assert_eq!(files, embedded);
     }
 }
