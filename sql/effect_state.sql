@@ -1,11 +1,33 @@
--- effect_state: what was owed and what happened, per (effect, order_id) that has a
--- relevant status change or a SUCCEEDED receipt: due_at, voided, ok_count, first_at.
--- Orders absent here were never due and got nothing.
-SELECT coalesce(d.effect, k.effect) AS effect,
-       coalesce(d.order_id, k.order_id) AS order_id,
-       d.due_at,
-       coalesce(d.voided, false) AS voided,
-       coalesce(k.ok_count, 0) AS ok_count,
-       k.first_at
-FROM effect_due d
-FULL OUTER JOIN effect_receipts k ON k.effect = d.effect AND k.order_id = d.order_id
+-- effect_state: what was owed and what happened, per (effect, order_id) up to the cut:
+--   due_at   : earliest change to the rule's due status (NULL: never due);
+--   voided   : the order reached one of the rule's void statuses, whenever;
+--   ok_count : SUCCEEDED receipts of the effect (FAILED and REVERSED do not count,
+--              effects no rule names are ignored); first_at: the earliest of them.
+-- One aggregation over status changes and receipts together rather than a join of two
+-- aggregates: no large hash table is built, and aggregations spill under a memory limit.
+SELECT effect,
+       order_id,
+       min(due_at) AS due_at,
+       bool_or(is_void) AS voided,
+       sum(ok) AS ok_count,
+       min(receipt_at) AS first_at
+FROM (
+    SELECT s.effect, h.order_id,
+           CASE WHEN s.is_due THEN h.changed_at END AS due_at,
+           s.is_void,
+           0 AS ok,
+           NULL AS receipt_at
+    FROM status_history h
+    JOIN rule_statuses s ON s.status = h.status
+    WHERE h.changed_at <= $cut
+    UNION ALL
+    SELECT r.effect, r.order_id,
+           NULL AS due_at,
+           false AS is_void,
+           1 AS ok,
+           r.created_at AS receipt_at
+    FROM receipts r
+    JOIN rules u ON u.effect = r.effect
+    WHERE r.status = 'SUCCEEDED' AND r.created_at <= $cut
+)
+GROUP BY effect, order_id

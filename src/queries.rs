@@ -28,11 +28,7 @@ macro_rules! query {
 
 /// Rule due/void statuses as rows.
 pub const RULE_STATUSES: Query = query!("rule_statuses");
-/// Per (effect, order): due_at, voided.
-pub const EFFECT_DUE: Query = query!("effect_due");
-/// Per (effect, order): SUCCEEDED receipt count and first receipt.
-pub const EFFECT_RECEIPTS: Query = query!("effect_receipts");
-/// Per (effect, order): owed vs happened.
+/// Per (effect, order): due_at, voided, SUCCEEDED receipts (owed vs happened).
 pub const EFFECT_STATE: Query = query!("effect_state");
 /// Possible findings and the state of skipped orders, from one pass over effect_state.
 pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
@@ -50,13 +46,11 @@ pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 
 /// The views over the snapshot tables that the findings are computed from.
-pub const STATE_VIEWS: [Query; 4] = [RULE_STATUSES, EFFECT_DUE, EFFECT_RECEIPTS, EFFECT_STATE];
+pub const STATE_VIEWS: [Query; 2] = [RULE_STATUSES, EFFECT_STATE];
 
 /// Every query of a run in dependency order: each may read the ones before it.
-pub const PIPELINE: [Query; 10] = [
+pub const PIPELINE: [Query; 8] = [
     RULE_STATUSES,
-    EFFECT_DUE,
-    EFFECT_RECEIPTS,
     EFFECT_STATE,
     EFFECTS_IN_PLAY,
     CANDIDATES,
