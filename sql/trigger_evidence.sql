@@ -25,19 +25,17 @@ evidence AS (
         FROM trigger_rows t
     )
     WHERE position = 1
-),
-reordered AS (
-    SELECT DISTINCT e.order_id, e.event_type
-    FROM evidence e
-    JOIN ledger o ON o.order_id = e.order_id AND o.topic = e.topic AND o.kafka_partition = e.kafka_partition
-    WHERE o.kafka_offset > e.kafka_offset
-      AND o.decided_at < e.decided_at
-      AND o.decided_at <= $cut
 )
+-- reorder_suspected in the same pass over the ledger rows of the evidence rows' orders;
+-- a NULL topic, partition or offset matches nothing, so such a row is never suspected.
 SELECT e.order_id, e.event_type,
        CASE e.outcome_rank WHEN 1 THEN 'DONE' WHEN 2 THEN 'SKIPPED' ELSE 'PENDING_REVIEW' END AS outcome,
        e.msg_id, e.action AS ledger_action, e.observed_status, e.topic, e.kafka_partition,
        e.kafka_offset, e.consumer_id, e.decided_at,
-       r.order_id IS NOT NULL AS reorder_suspected
+       coalesce(bool_or(o.kafka_offset > e.kafka_offset AND o.decided_at < e.decided_at), false) AS reorder_suspected
 FROM evidence e
-LEFT JOIN reordered r ON r.order_id = e.order_id AND r.event_type = e.event_type
+LEFT JOIN ledger o
+  ON o.order_id = e.order_id AND o.topic = e.topic AND o.kafka_partition = e.kafka_partition
+ AND o.decided_at <= $cut
+GROUP BY e.order_id, e.event_type, e.outcome_rank, e.msg_id, e.action, e.observed_status, e.topic,
+         e.kafka_partition, e.kafka_offset, e.consumer_id, e.decided_at
