@@ -38,6 +38,10 @@ pub fn build(options: &SessionOptions) -> Result<SessionContext> {
         .with_information_schema(true);
     // Contract strings are Utf8; keep them so, rather than Utf8View, in what we read.
     config.options_mut().execution.parquet.schema_force_view_types = false;
+    // Evaluate scan filters (the cut, the window, dynamic join filters) while decoding, so
+    // rows that fail them never materialise their other columns.
+    config.options_mut().execution.parquet.pushdown_filters = true;
+    config.options_mut().execution.parquet.reorder_filters = true;
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = options.memory_limit {
         runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));

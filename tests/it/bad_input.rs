@@ -216,3 +216,17 @@ async fn memory_limit_too_small_is_a_clear_error_not_an_abort() {
     let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| plan.session.memory_limit = Some(1024)).await;
     assert!(err.contains("out of memory under --memory-limit") && err.contains("hint: raise --memory-limit"), "{err}");
 }
+
+#[tokio::test]
+async fn files_the_manifest_does_not_list_are_never_read() {
+    // A half-written part from a crashed writer sits beside the listed ones.
+    let (_dir, snapshot) = copy_tiny();
+    std::fs::write(snapshot.join("ledger/part-00001.parquet"), b"half-written garbage").unwrap();
+    std::fs::write(snapshot.join("ledger/part-00000.parquet.tmp"), b"more garbage").unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = effect_recon::storage::Location::parse(out_dir.path().to_str().unwrap()).unwrap();
+    let location = effect_recon::storage::Location::parse(snapshot.to_str().unwrap()).unwrap();
+    let report = run(&plan(&location, &out)).await.unwrap();
+    assert_eq!(report.summary.inputs.get("ledger"), Some(&25));
+    assert_eq!(report.summary.breaks(), 14);
+}
