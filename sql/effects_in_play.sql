@@ -9,7 +9,7 @@
 -- (kind may then be NULL): skip_verdicts.sql judges those skips from these rows alone.
 -- grace_ends is NULL for DUPLICATE. The kinds exclude each other.
 WITH judged AS (
-    SELECT s.effect, s.order_id, s.due_at, s.voided, s.ok_count, r.trigger_event, r.priority,
+    SELECT r.effect, s.order_id, s.due_at, s.voided, s.ok_count, r.trigger_event, r.priority,
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 THEN 'MISSING'
                WHEN s.due_at IS NULL AND s.ok_count >= 1 THEN 'ORPHAN'
@@ -20,7 +20,7 @@ WITH judged AS (
                WHEN s.due_at IS NULL AND s.ok_count >= 1 THEN s.first_at + r.grace
            END AS grace_ends
     FROM effect_state s
-    JOIN rules r ON r.effect = s.effect
+    JOIN rules r ON r.rule_id = s.rule_id
 )
 SELECT effect, order_id, kind, trigger_event, priority, ok_count AS receipt_count, due_at, voided, grace_ends
 FROM judged

@@ -45,9 +45,6 @@ pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
 /// Ledger key check.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 
-/// The views over the snapshot tables that the findings are computed from.
-pub const STATE_VIEWS: [Query; 2] = [RULE_STATUSES, EFFECT_STATE];
-
 /// Every query of a run in dependency order: each may read the ones before it.
 pub const PIPELINE: [Query; 8] = [
     RULE_STATUSES,

@@ -176,10 +176,12 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
 pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, explain: bool) -> Result<Outputs> {
     rules_table::register(ctx, rules)?;
     let params = window.params();
-    for view in queries::STATE_VIEWS {
-        queries::register_view(ctx, view, &params).await?;
-    }
     let mut plans = Vec::new();
+    // A handful of rows; materialised so the planner knows it is tiny and broadcasts it
+    // into the status_history join instead of repartitioning status_history.
+    let rule_statuses = execute(ctx, queries::RULE_STATUSES, &params, explain, &mut plans).await?;
+    register_batches(ctx, queries::RULE_STATUSES.name, rule_statuses)?;
+    queries::register_view(ctx, queries::EFFECT_STATE, &params).await?;
     // Effects in play and candidates are small and each feeds two later queries: computing them
     // once keeps the big inputs from being aggregated again.
     for query in [queries::EFFECTS_IN_PLAY, queries::CANDIDATES] {

@@ -1,7 +1,8 @@
 //! The `rules` table the SQL joins against, built from a validated [`RuleSet`].
 //!
-//! `grace` is an interval so the SQL can write `due_at + grace`; `void_statuses` is a list
-//! that `sql/rule_statuses.sql` unnests.
+//! `rule_id` is the rule's position in the file (1-based): the SQL groups by it, since
+//! integer keys hash faster than effect names. `grace` is an interval so the SQL can write
+//! `due_at + grace`; `void_statuses` is a list that `sql/rule_statuses.sql` unnests.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ pub const RULES_TABLE: &str = "rules";
 /// The schema of the `rules` table.
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
+        Field::new("rule_id", DataType::Int32, false),
         Field::new("effect", DataType::Utf8, false),
         Field::new("trigger_event", DataType::Utf8, false),
         Field::new("due_status", DataType::Utf8, false),
@@ -46,6 +48,7 @@ pub fn batch(rules: &RuleSet) -> Result<RecordBatch> {
         rules.rules.iter().map(|r| IntervalMonthDayNano::new(0, 0, r.grace_micros.saturating_mul(1000))),
     );
     let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from_iter_values(1..=rules.rules.len() as i32)),
         strings(|r| &r.effect),
         strings(|r| &r.trigger_event),
         strings(|r| &r.due_status),
