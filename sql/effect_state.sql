@@ -2,22 +2,26 @@
 --   due_at   : earliest change to the rule's due status (NULL: never due);
 --   voided   : the order reached one of the rule's void statuses, whenever;
 --   ok_count : SUCCEEDED receipts of the effect (FAILED and REVERSED do not count,
---              effects no rule names are ignored); first_at: the earliest of them.
--- One aggregation over status changes and receipts together rather than a join of two
--- aggregates: no large hash table is built, and aggregations spill under a memory limit.
--- Grouped by the rule's integer id rather than its effect name: integer keys hash faster.
+--              effects no rule names are ignored); first_at: the earliest of them;
+--   skipped  : a SKIPPED ledger row of the rule's trigger event was decided in the window
+--              ($since, $cut] (its skip verdict needs this state).
+-- One aggregation over status changes, receipts and skipped ledger rows together rather
+-- than joins of large relations: no large hash table is built, and aggregations spill
+-- under a memory limit. Grouped by the rule's integer id: integer keys hash faster.
 SELECT rule_id,
        order_id,
        min(due_at) AS due_at,
        bool_or(is_void) AS voided,
        sum(ok) AS ok_count,
-       min(receipt_at) AS first_at
+       min(receipt_at) AS first_at,
+       bool_or(is_skip) AS skipped
 FROM (
     SELECT s.rule_id, h.order_id,
            CASE WHEN s.is_due THEN h.changed_at END AS due_at,
            s.is_void,
            0 AS ok,
-           NULL AS receipt_at
+           NULL AS receipt_at,
+           false AS is_skip
     FROM status_history h
     JOIN rule_statuses s ON s.status = h.status
     WHERE h.changed_at <= $cut
@@ -26,9 +30,20 @@ FROM (
            NULL AS due_at,
            false AS is_void,
            1 AS ok,
-           r.created_at AS receipt_at
+           r.created_at AS receipt_at,
+           false AS is_skip
     FROM receipts r
     JOIN rules u ON u.effect = r.effect
     WHERE r.status = 'SUCCEEDED' AND r.created_at <= $cut
+    UNION ALL
+    SELECT u.rule_id, l.order_id,
+           NULL AS due_at,
+           false AS is_void,
+           0 AS ok,
+           NULL AS receipt_at,
+           true AS is_skip
+    FROM ledger l
+    JOIN rules u ON u.trigger_event = l.event_type
+    WHERE l.action = 'SKIPPED' AND l.decided_at > $since AND l.decided_at <= $cut
 )
 GROUP BY rule_id, order_id

@@ -5,11 +5,11 @@
 --   ORPHAN    : a SUCCEEDED receipt but never due, and first receipt + grace > $since;
 --   DUPLICATE : due and two or more SUCCEEDED receipts (whether the second receipt
 --               falls in the window is decided by candidates.sql).
--- Every effect state of an order with a SKIPPED ledger row in the window is kept too
--- (kind may then be NULL): skip_verdicts.sql judges those skips from these rows alone.
+-- Every state with a SKIPPED ledger row of its trigger in the window is kept too (kind
+-- may then be NULL): skip_verdicts.sql judges those skips from these rows alone.
 -- grace_ends is NULL for DUPLICATE. The kinds exclude each other.
 WITH judged AS (
-    SELECT r.effect, s.order_id, s.due_at, s.voided, s.ok_count, r.trigger_event, r.priority,
+    SELECT r.effect, s.order_id, s.due_at, s.voided, s.ok_count, s.skipped, r.trigger_event, r.priority,
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 THEN 'MISSING'
                WHEN s.due_at IS NULL AND s.ok_count >= 1 THEN 'ORPHAN'
@@ -26,7 +26,4 @@ SELECT effect, order_id, kind, trigger_event, priority, ok_count AS receipt_coun
 FROM judged
 WHERE kind = 'DUPLICATE'
    OR (kind IS NOT NULL AND grace_ends > $since)
-   OR order_id IN (
-       SELECT order_id FROM ledger
-       WHERE action = 'SKIPPED' AND decided_at > $since AND decided_at <= $cut
-   )
+   OR skipped

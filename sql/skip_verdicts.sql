@@ -5,9 +5,9 @@
 --            is due at all and decided_at + max(grace) is after the cut;
 --   HARMLESS some rule is due, not voided, and has a receipt;
 --   CORRECT  otherwise.
--- The state of each (rule, order) comes from effects_in_play, which keeps every effect
--- state of the orders skipped in the window; an order absent there was never due and got
--- nothing. Sorted by order_id, decided_at, msg_id.
+-- The state of each (rule, order) comes from effects_in_play, which keeps the state of
+-- every rule whose trigger was skipped in the window; a pair absent there was never due
+-- and got nothing. Sorted by order_id, decided_at, msg_id.
 WITH skipped AS (
     SELECT msg_id, order_id, event_type, decided_at
     FROM ledger

@@ -14,6 +14,7 @@
 //! * [`parquet_parts`] — numbered Parquet parts with row counts and SHA-256.
 //! * [`session`] — the one place a DataFusion session is built.
 //! * [`queries`] — the SQL of `sql/`, embedded; nothing else holds SQL.
+//! * [`udf`] — the SQL functions of our own (`key_hash`).
 //! * [`recon`] — `run`: the reconciliation and its outputs.
 //! * [`output`] — atomic publishing of a run (files first, manifest last).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
@@ -39,6 +40,7 @@ pub mod session;
 pub mod snapshot;
 pub mod storage;
 pub mod time;
+pub mod udf;
 pub mod verify;
 
 pub use datafusion;

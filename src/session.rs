@@ -47,5 +47,7 @@ pub fn build(options: &SessionOptions) -> Result<SessionContext> {
         runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));
     }
     let runtime = runtime.build_arc().map_err(|e| Error::query("building the query engine", e))?;
-    Ok(SessionContext::new_with_config_rt(config, runtime))
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    ctx.register_udf(crate::udf::key_hash());
+    Ok(ctx)
 }
