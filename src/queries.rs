@@ -42,7 +42,9 @@ pub const DISCREPANCIES: Query = query!("discrepancies");
 pub const COMPENSATION_TASKS: Query = query!("compensation_tasks");
 /// The skip_verdicts output.
 pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
-/// Ledger key check.
+/// Ledger key check, first pass: the hash of every msg_id.
+pub const LEDGER_KEY_HASHES: Query = query!("ledger_key_hashes");
+/// Ledger key check, second pass: the msg_ids behind repeated hashes.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 
 /// Every query of a run in dependency order: each may read the ones before it.
@@ -59,7 +61,7 @@ pub const PIPELINE: [Query; 8] = [
 
 /// Every embedded query: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {
-    PIPELINE.into_iter().chain([DUPLICATE_MSG_IDS])
+    PIPELINE.into_iter().chain([LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS])
 }
 
 /// A named parameter value (`$cut`, `$since`).

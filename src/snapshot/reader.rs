@@ -10,10 +10,13 @@
 // still does exactly what validation needs (a footer and one column through object_store).
 #![allow(deprecated)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::Array;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::datasource::MemTable;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
@@ -121,7 +124,7 @@ impl Snapshot {
             ctx.register_table(table.name(), frame.into_view())
                 .map_err(|e| Error::query(format!("registering table {}", table.name()), e))?;
         }
-        check_unique_msg_ids(ctx).await?;
+        check_unique_msg_ids(ctx, stats.rows.get(Table::Ledger.name()).copied().unwrap_or(0)).await?;
         Ok(stats)
     }
 
@@ -265,8 +268,27 @@ async fn first_null_row(
 }
 
 /// `msg_id` is the ledger's key: a duplicate means two decisions for one message.
-async fn check_unique_msg_ids(ctx: &SessionContext) -> Result<()> {
+///
+/// The 64-bit hashes of all msg_ids go into one set (far faster and smaller than grouping
+/// the strings); only when a hash repeats are the strings behind it compared exactly.
+async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<()> {
+    let context = |e| Error::query("checking that ledger msg_ids are unique", e);
+    let mut stream = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[]).await?.execute_stream().await.map_err(context)?;
+    let mut seen: HashSet<u64, BuildHasherDefault<PrehashedKey>> = HashSet::with_capacity_and_hasher(ledger_rows as usize, Default::default());
+    let mut repeated: Vec<u64> = Vec::new();
+    while let Some(batch) = stream.try_next().await.map_err(context)? {
+        let hashes = batch.column(0).as_primitive::<UInt64Type>();
+        repeated.extend(hashes.values().iter().filter(|h| !seen.insert(**h)));
+    }
+    drop(seen);
+    if repeated.is_empty() {
+        return Ok(());
+    }
+    let repeated = RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)]).map_err(|e| context(e.into()))?;
+    let table = MemTable::try_new(repeated.schema(), vec![vec![repeated]]).map_err(context)?;
+    ctx.register_table("repeated_key_hashes", Arc::new(table)).map_err(context)?;
     let batches = crate::queries::collect(ctx, crate::queries::DUPLICATE_MSG_IDS, &[]).await?;
+    ctx.deregister_table("repeated_key_hashes").map_err(context)?;
     let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
     let ids = crate::queries::string_column(batch, "msg_id")?;
     let counts = crate::queries::int64_column(batch, "copies")?;
@@ -275,4 +297,24 @@ async fn check_unique_msg_ids(ctx: &SessionContext) -> Result<()> {
         column: "msg_id".into(),
         message: format!("duplicate msg_id '{}' ({} rows); msg_id must be unique", ids.value(0), counts.value(0)),
     })
+}
+
+/// The values are already 64-bit hashes: hashing them again would only cost time.
+#[derive(Default)]
+struct PrehashedKey(u64);
+
+impl Hasher for PrehashedKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
 }
