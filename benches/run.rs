@@ -38,7 +38,7 @@ fn bench_reconcile(c: &mut Criterion) {
             runtime.block_on(async {
                 let ctx = session::build(&SessionOptions { target_partitions: 2, ..SessionOptions::default() }).expect("session");
                 snapshot.register(&ctx).await.expect("register");
-                reconcile(&ctx, &rules, window, false).await.expect("reconcile")
+                reconcile(&ctx, &rules, window, effect_recon::session::ROWS_PER_PASS, false).await.expect("reconcile")
             })
         })
     });

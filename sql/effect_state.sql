@@ -8,6 +8,8 @@
 -- One aggregation over status changes, receipts and skipped ledger rows together rather
 -- than joins of large relations: no large hash table is built, and aggregations spill
 -- under a memory limit. Grouped by the rule's integer id: integer keys hash faster.
+-- Only orders in [$lo, $hi]: a large day is aggregated one order_id range at a time, each
+-- range reading only its own row groups of the order_id-sorted files.
 SELECT rule_id,
        order_id,
        min(due_at) AS due_at,
@@ -24,7 +26,7 @@ FROM (
            false AS is_skip
     FROM status_history h
     JOIN rule_statuses s ON s.status = h.status
-    WHERE h.changed_at <= $cut
+    WHERE h.changed_at <= $cut AND h.order_id BETWEEN $lo AND $hi
     UNION ALL
     SELECT u.rule_id, r.order_id,
            NULL AS due_at,
@@ -34,7 +36,7 @@ FROM (
            false AS is_skip
     FROM receipts r
     JOIN rules u ON u.effect = r.effect
-    WHERE r.status = 'SUCCEEDED' AND r.created_at <= $cut
+    WHERE r.status = 'SUCCEEDED' AND r.created_at <= $cut AND r.order_id BETWEEN $lo AND $hi
     UNION ALL
     SELECT u.rule_id, l.order_id,
            NULL AS due_at,
@@ -45,5 +47,6 @@ FROM (
     FROM ledger l
     JOIN rules u ON u.trigger_event = l.event_type
     WHERE l.action = 'SKIPPED' AND l.decided_at > $since AND l.decided_at <= $cut
+      AND l.order_id BETWEEN $lo AND $hi
 )
 GROUP BY rule_id, order_id

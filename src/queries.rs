@@ -30,6 +30,8 @@ macro_rules! query {
 pub const RULE_STATUSES: Query = query!("rule_statuses");
 /// Per (effect, order): due_at, voided, SUCCEEDED receipts (owed vs happened).
 pub const EFFECT_STATE: Query = query!("effect_state");
+/// Order id range and row count of the snapshot.
+pub const ORDER_ID_SPAN: Query = query!("order_id_span");
 /// Possible findings and the state of skipped orders, from one pass over effect_state.
 pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
 /// Findings of the window before evidence.
@@ -61,7 +63,7 @@ pub const PIPELINE: [Query; 8] = [
 
 /// Every embedded query: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {
-    PIPELINE.into_iter().chain([LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS])
+    PIPELINE.into_iter().chain([ORDER_ID_SPAN, LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS])
 }
 
 /// A named parameter value (`$cut`, `$since`).
@@ -83,7 +85,9 @@ pub async fn frame(ctx: &SessionContext, query: Query, params: &[Param]) -> Resu
 /// materialised, or it will recompute that.
 pub async fn register_view(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<()> {
     let view = frame(ctx, query, params).await?.into_view();
-    ctx.register_table(query.name, view).map_err(|e| Error::query(format!("registering view {}", query.name), e))?;
+    let context = |e| Error::query(format!("registering view {}", query.name), e);
+    ctx.deregister_table(query.name).map_err(context)?;
+    ctx.register_table(query.name, view).map_err(context)?;
     Ok(())
 }
 

@@ -18,7 +18,13 @@ pub struct SessionOptions {
     pub batch_size: usize,
     /// Bound on the memory of operators that can spill; `None` = unbounded.
     pub memory_limit: Option<usize>,
+    /// Input rows aggregated per pass of `run` (larger days go one order_id range at a
+    /// time): about 100 bytes of aggregation state each.
+    pub rows_per_pass: u64,
 }
+
+/// Default of [`SessionOptions::rows_per_pass`]: about a gigabyte of aggregation state.
+pub const ROWS_PER_PASS: u64 = 12_000_000;
 
 impl Default for SessionOptions {
     fn default() -> Self {
@@ -26,7 +32,18 @@ impl Default for SessionOptions {
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
             memory_limit: None,
+            rows_per_pass: ROWS_PER_PASS,
         }
+    }
+}
+
+impl SessionOptions {
+    /// Options under a memory limit: passes small enough that their aggregation state
+    /// takes about half the limit.
+    pub fn with_memory_limit(mut self, limit: usize) -> Self {
+        self.memory_limit = Some(limit);
+        self.rows_per_pass = self.rows_per_pass.min((limit / 200).max(1) as u64);
+        self
     }
 }
 

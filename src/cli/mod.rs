@@ -119,7 +119,9 @@ impl EngineArgs {
             options.target_partitions = n;
         }
         options.batch_size = self.batch_size;
-        options.memory_limit = self.memory_limit;
-        options
+        match self.memory_limit {
+            Some(limit) => options.with_memory_limit(limit),
+            None => options,
+        }
     }
 }

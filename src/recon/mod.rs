@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
+use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::physical_plan::collect;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
@@ -80,11 +81,18 @@ impl Window {
         Ok(Window { since, cut })
     }
 
-    /// The bound parameters `$cut` and `$since`.
+    /// The bound parameters `$cut` and `$since`, and `$lo`, `$hi` spanning every order.
     pub fn params(&self) -> Vec<Param> {
+        self.params_for_orders(i64::MIN, i64::MAX)
+    }
+
+    /// The bound parameters, with effect_state limited to orders `lo..=hi`.
+    pub fn params_for_orders(&self, lo: i64, hi: i64) -> Vec<Param> {
         vec![
             ("cut", ScalarValue::TimestampMicrosecond(Some(self.cut), Some(UTC.into()))),
             ("since", ScalarValue::TimestampMicrosecond(Some(self.since), Some(UTC.into()))),
+            ("lo", ScalarValue::Int64(Some(lo))),
+            ("hi", ScalarValue::Int64(Some(hi))),
         ]
     }
 }
@@ -131,7 +139,7 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
     progress(&format!("validated snapshot {} ({} files, {} rows) in {}", plan.snapshot.display(""), stats.files, total_rows(&stats), crate::time::format_elapsed(elapsed)));
 
     let reconcile_started = Instant::now();
-    let outputs = reconcile(&ctx, &plan.rules, window, plan.explain).await?;
+    let outputs = reconcile(&ctx, &plan.rules, window, plan.session.rows_per_pass, plan.explain).await?;
     let elapsed = stage(&mut timings, "reconcile", reconcile_started);
     progress(&format!("reconciled: {} findings, {} skip verdicts in {}", outputs.discrepancies.num_rows(), outputs.skip_verdicts.num_rows(), crate::time::format_elapsed(elapsed)));
 
@@ -172,8 +180,9 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
 }
 
 /// Computes the three outputs over the tables registered in `ctx` (snapshot tables must
-/// already be there). Used by `run`, the tests and the benches.
-pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, explain: bool) -> Result<Outputs> {
+/// already be there), aggregating at most `rows_per_pass` input rows at a time. Used by
+/// `run`, the tests and the benches.
+pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, rows_per_pass: u64, explain: bool) -> Result<Outputs> {
     rules_table::register(ctx, rules)?;
     let params = window.params();
     let mut plans = Vec::new();
@@ -181,13 +190,22 @@ pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, ex
     // into the status_history join instead of repartitioning status_history.
     let rule_statuses = execute(ctx, queries::RULE_STATUSES, &params, explain, &mut plans).await?;
     register_batches(ctx, queries::RULE_STATUSES.name, rule_statuses)?;
-    queries::register_view(ctx, queries::EFFECT_STATE, &params).await?;
-    // Effects in play and candidates are small and each feeds two later queries: computing them
-    // once keeps the big inputs from being aggregated again.
-    for query in [queries::EFFECTS_IN_PLAY, queries::CANDIDATES] {
-        let batches = execute(ctx, query, &params, explain, &mut plans).await?;
-        register_batches(ctx, query.name, batches)?;
+    // Effects in play and candidates are small and each feeds two later queries: computing
+    // them once keeps the big inputs from being aggregated again. The aggregation behind
+    // effects in play runs one order_id range at a time so its memory stays bounded.
+    let mut in_play = Vec::new();
+    for (lo, hi) in order_id_ranges(ctx, rows_per_pass).await? {
+        let range_params = window.params_for_orders(lo, hi);
+        queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
+        in_play.push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, &mut plans).await?);
     }
+    let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| Error::Output {
+        location: queries::EFFECTS_IN_PLAY.name.into(),
+        message: "no order_id range was judged".into(),
+    })?;
+    register_batches(ctx, queries::EFFECTS_IN_PLAY.name, (schema, in_play.into_iter().flat_map(|(_, b)| b).collect()))?;
+    let candidates = execute(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
+    register_batches(ctx, queries::CANDIDATES.name, candidates)?;
     // Registered only now, so that it reads the materialised candidates.
     queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
 
@@ -197,6 +215,31 @@ pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, ex
         OutputTable::CompensationTasks.conform(&execute(ctx, queries::COMPENSATION_TASKS, &params, explain, &mut plans).await?.1)?;
     let skip_verdicts = OutputTable::SkipVerdicts.conform(&execute(ctx, queries::SKIP_VERDICTS, &params, explain, &mut plans).await?.1)?;
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, plans })
+}
+
+/// The order_id ranges effect_state is computed over: the whole range for a day of at
+/// most `rows_per_pass` input rows, else equal-width slices of `[min, max]` (the snapshot
+/// files are sorted by order_id, so each slice reads only its own row groups).
+async fn order_id_ranges(ctx: &SessionContext, rows_per_pass: u64) -> Result<Vec<(i64, i64)>> {
+    let rows_per_pass = i128::from(rows_per_pass.max(1));
+    let whole = vec![(i64::MIN, i64::MAX)];
+    let batches = queries::collect(ctx, queries::ORDER_ID_SPAN, &[]).await?;
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(whole) };
+    let (lo, hi, rows) = (queries::int64_column(batch, "lo")?, queries::int64_column(batch, "hi")?, queries::int64_column(batch, "rows")?);
+    if lo.is_null(0) || hi.is_null(0) || i128::from(rows.value(0)) <= rows_per_pass {
+        return Ok(whole);
+    }
+    let (lo, hi) = (i128::from(lo.value(0)), i128::from(hi.value(0)));
+    let passes = (i128::from(rows.value(0)) + rows_per_pass - 1) / rows_per_pass;
+    let width = ((hi - lo + 1) + passes - 1) / passes;
+    let bound = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+    Ok((0..passes)
+        .map(|i| {
+            let start = if i == 0 { i128::from(i64::MIN) } else { lo + i * width };
+            let end = if i == passes - 1 { i128::from(i64::MAX) } else { lo + (i + 1) * width - 1 };
+            (bound(start), bound(end))
+        })
+        .collect())
 }
 
 async fn execute(ctx: &SessionContext, query: Query, params: &[Param], explain: bool, plans: &mut Vec<(String, String)>) -> Result<(SchemaRef, Vec<RecordBatch>)> {

@@ -72,7 +72,7 @@ pub fn plan(snapshot: &Location, out: &Location) -> RunPlan {
         since: None,
         run_id: None,
         replace: false,
-        session: SessionOptions { target_partitions: 2, batch_size: 8192, memory_limit: None },
+        session: SessionOptions { target_partitions: 2, batch_size: 8192, ..SessionOptions::default() },
         explain: false,
     }
 }

@@ -219,7 +219,7 @@ async fn outputs(snapshot: &Location) -> Outputs {
     let opened = Snapshot::open(snapshot).await.unwrap();
     opened.register(&ctx).await.unwrap();
     let window = Window::resolve(opened.cut(), None, None).unwrap();
-    recon::reconcile(&ctx, &RuleSet::default_rules().unwrap(), window, false).await.unwrap()
+    recon::reconcile(&ctx, &RuleSet::default_rules().unwrap(), window, effect_recon::session::ROWS_PER_PASS, false).await.unwrap()
 }
 
 // ---------------------------------------------------------------- job configs

@@ -33,7 +33,7 @@ struct SltError(String);
 
 impl ReconDb {
     fn new() -> Self {
-        let ctx = session::build(&SessionOptions { target_partitions: 2, batch_size: 8192, memory_limit: None }).unwrap();
+        let ctx = session::build(&SessionOptions { target_partitions: 2, batch_size: 8192, ..SessionOptions::default() }).unwrap();
         ReconDb { ctx }
     }
 
