@@ -96,9 +96,11 @@ pub async fn collect(ctx: &SessionContext, query: Query, params: &[Param]) -> Re
     frame(ctx, query, params).await?.collect().await.map_err(|e| Error::query(format!("running sql/{}.sql", query.name), e))
 }
 
-/// A Utf8 column of a result by name.
-pub fn string_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray> {
-    typed_column(batch, name)
+/// A string column of a result by name, as Utf8 whatever string encoding the engine chose.
+pub fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
+    let column = batch.column_by_name(name).ok_or_else(|| missing_column(name))?;
+    let utf8 = datafusion::arrow::compute::cast(column, &datafusion::arrow::datatypes::DataType::Utf8).map_err(|_| missing_column(name))?;
+    utf8.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| missing_column(name))
 }
 
 /// An Int64 column of a result by name.
@@ -106,11 +108,15 @@ pub fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64A
     typed_column(batch, name)
 }
 
+fn missing_column(name: &str) -> Error {
+    Error::Output { location: name.to_string(), message: format!("result column '{name}' missing or of an unexpected type") }
+}
+
 fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
     batch
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| Error::Output { location: name.to_string(), message: format!("result column '{name}' missing or of an unexpected type") })
+        .ok_or_else(|| missing_column(name))
 }
 
 #[cfg(test)]

@@ -53,8 +53,6 @@ pub fn build(options: &SessionOptions) -> Result<SessionContext> {
         .with_target_partitions(options.target_partitions.max(1))
         .with_batch_size(options.batch_size.max(1))
         .with_information_schema(true);
-    // Contract strings are Utf8; keep them so, rather than Utf8View, in what we read.
-    config.options_mut().execution.parquet.schema_force_view_types = false;
     // Evaluate scan filters (the cut, the window, dynamic join filters) while decoding, so
     // rows that fail them never materialise their other columns.
     config.options_mut().execution.parquet.pushdown_filters = true;

@@ -95,6 +95,16 @@ impl ColumnKind {
         }
     }
 
+    /// The type a session works with: the contract type, except strings, which are read
+    /// as Utf8View (decoded without copying, faster to filter, join and group); outputs
+    /// are cast back to the contract's Utf8.
+    pub fn session_type(self) -> DataType {
+        match self {
+            ColumnKind::Text => DataType::Utf8View,
+            other => other.data_type(),
+        }
+    }
+
     /// Whether a reader accepts `found` for this kind.
     pub fn accepts(self, found: &DataType) -> bool {
         match self {

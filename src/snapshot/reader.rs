@@ -2,7 +2,7 @@
 //! contract before a single row is judged.
 //!
 //! Invariants after [`Snapshot::register`]: the session holds `ledger`, `status_history`
-//! and `receipts` with exactly the contract's column types (strings Utf8, timestamps
+//! and `receipts` with the contract's column types (strings as Utf8View, timestamps
 //! µs UTC), built only from files the manifest lists, whose row counts match, whose
 //! non-null columns hold no NULL, and whose ledger has no duplicate `msg_id`.
 
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::datasource::MemTable;
-use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
@@ -167,10 +167,11 @@ impl Snapshot {
         for (schema, urls) in groups {
             let paths = urls.iter().map(ListingTableUrl::parse).collect::<Result<Vec<_>, _>>().map_err(context)?;
             let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-            let config = ListingTableConfig::new_with_multi_paths(paths).with_listing_options(options).with_schema(Arc::clone(&schema));
+            let scan_schema = with_view_strings(&schema);
+            let config = ListingTableConfig::new_with_multi_paths(paths).with_listing_options(options).with_schema(Arc::clone(&scan_schema));
             let provider = ListingTable::try_new(config).map_err(context)?;
             let frame = ctx.read_table(Arc::new(provider)).map_err(context)?;
-            let columns: Vec<Expr> = table.columns().iter().map(|spec| normalised(&schema, spec)).collect();
+            let columns: Vec<Expr> = table.columns().iter().map(|spec| normalised(&scan_schema, spec)).collect();
             frames.push(frame.select(columns).map_err(context)?);
         }
         let mut frames = frames.into_iter();
@@ -223,9 +224,22 @@ fn same_types(a: &Schema, b: &Schema) -> bool {
         && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
 }
 
-/// The column cast to the contract type when the file uses another accepted type.
+/// The file schema with every string column read as Utf8View (see `ColumnKind::session_type`).
+fn with_view_strings(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 => f.as_ref().clone().with_data_type(DataType::Utf8View),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+/// The column cast to the session type when the file uses another accepted type.
 fn normalised(schema: &Schema, spec: &ColumnSpec) -> Expr {
-    let wanted = spec.kind.data_type();
+    let wanted = spec.kind.session_type();
     let found = schema.field_with_name(spec.name).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
     if found == wanted {
         ident(spec.name)
