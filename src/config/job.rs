@@ -91,7 +91,11 @@ impl Default for ExportSettings {
     fn default() -> Self {
         ExportSettings {
             connections: 4,
-            chunk_rows: 250_000,
+            // Measured on a 1M-order day in MariaDB (8.5M rows, 4 connections): the optimizer
+            // answers an order_id range of a wrapped query with a full scan + filesort, so
+            // chunks cost a scan each; 250k-row chunks took 48.5 s, 900k 28.1 s, one chunk
+            // per source 23.8 s. Chunk only sources too large for one sorted read.
+            chunk_rows: 4_000_000,
             batch_rows: 8192,
             rows_per_file: crate::parquet_parts::ROWS_PER_FILE,
             connect_timeout: 30_000_000,
