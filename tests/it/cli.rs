@@ -109,3 +109,22 @@ fn demo_goes_through_sqlite_and_the_nightly_job_and_equals_the_truth() {
     }
     assert!(demo.join("fulfilment.db").exists() && demo.join("recon/run=20261129T160000Z/manifest.json").exists());
 }
+
+#[test]
+fn sql_reads_statements_from_standard_input_when_no_command_is_given() {
+    use std::io::Write;
+    let snapshot = repo("fixtures/tiny/snapshot");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_effect-recon"))
+        .args(["sql", "--snapshot", snapshot.to_str().unwrap(), "--format", "csv"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = "SELECT count(*) AS orders\nFROM status_history\nWHERE status = 'PAID';\n-- a comment line\nSELECT effect FROM rules ORDER BY rule_id;\n";
+    child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "orders\n20\neffect\npoints_grant\nwms_lock\nlogistics_waybill\n");
+}
