@@ -8,6 +8,8 @@
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `s3`           — gen → run → verify through an S3 bucket (when
+//!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
 //!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
 
@@ -18,4 +20,5 @@ mod differential;
 mod export;
 mod fixture;
 mod gen;
+mod s3;
 mod slt;

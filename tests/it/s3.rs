@@ -1,0 +1,56 @@
+//! The object-store path end to end on S3: gen writes a snapshot to a bucket, run reads
+//! it from there and publishes its outputs there, verify reads both back.
+//!
+//! Runs when `EFFECT_RECON_TEST_S3_BUCKET` names a bucket on an S3-compatible endpoint
+//! reachable with the usual `AWS_*` variables (`.ci/run` starts a local one); says that it
+//! was NOT run otherwise, and fails when the variable is set but the endpoint fails.
+
+use effect_recon::config::RuleSet;
+use effect_recon::gen::{self, truth::TRUTH_FILE, GenPlan};
+use effect_recon::output::run_folder;
+use effect_recon::recon::{self, RunPlan};
+use effect_recon::session::SessionOptions;
+use effect_recon::storage::Location;
+use effect_recon::verify::{self, VerifyPlan};
+
+#[tokio::test]
+async fn gen_run_verify_through_an_s3_bucket() {
+    let Ok(bucket) = std::env::var("EFFECT_RECON_TEST_S3_BUCKET") else {
+        eprintln!("SKIPPED: EFFECT_RECON_TEST_S3_BUCKET not set; the S3 test was NOT run");
+        return;
+    };
+    let prefix = format!("s3://{bucket}/it-{}-{}", std::process::id(), chrono::Utc::now().timestamp_micros());
+    let snapshot = Location::parse(&format!("{prefix}/snapshot")).unwrap();
+    let out = Location::parse(&format!("{prefix}/recon")).unwrap();
+
+    let mut gen_plan = GenPlan::new(snapshot.clone(), 3000).unwrap();
+    gen_plan.incident = true;
+    gen::generate(&gen_plan).await.expect("gen writes to the bucket");
+
+    let mut plan = RunPlan {
+        snapshot: snapshot.clone(),
+        out: out.clone(),
+        rules: RuleSet::default_rules().unwrap(),
+        cut: None,
+        since: None,
+        run_id: None,
+        replace: false,
+        session: SessionOptions { target_partitions: 2, ..SessionOptions::default() },
+        explain: false,
+    };
+    let report = recon::run(&plan, &mut |_| {}).await.expect("run reads and writes the bucket");
+    let verified = verify::verify(&VerifyPlan {
+        truth_folder: snapshot,
+        truth_file: TRUTH_FILE.into(),
+        run: out.join(&run_folder(&report.summary.run_id)),
+    })
+    .await
+    .unwrap();
+    assert!(verified.is_exact(), "{}", verified.render());
+
+    // The manifest is create-only on S3 too.
+    let again = recon::run(&plan, &mut |_| {}).await.unwrap_err().to_string();
+    assert!(again.contains("already exists"), "{again}");
+    plan.replace = true;
+    recon::run(&plan, &mut |_| {}).await.unwrap();
+}
