@@ -5,13 +5,13 @@
 //! reachable with the usual `AWS_*` variables (`.ci/run` starts a local one); says that it
 //! was NOT run otherwise, and fails when the variable is set but the endpoint fails.
 
-use effect_recon::config::RuleSet;
 use effect_recon::gen::{self, truth::TRUTH_FILE, GenPlan};
 use effect_recon::output::run_folder;
-use effect_recon::recon::{self, RunPlan};
-use effect_recon::session::SessionOptions;
+use effect_recon::recon;
 use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan};
+
+use super::common::plan;
 
 #[tokio::test]
 async fn gen_run_verify_through_an_s3_bucket() {
@@ -29,17 +29,7 @@ async fn gen_run_verify_through_an_s3_bucket() {
     gen_plan.incident = true;
     gen::generate(&gen_plan).await.expect("gen writes to the bucket");
 
-    let mut plan = RunPlan {
-        snapshot: snapshot.clone(),
-        out: out.clone(),
-        rules: RuleSet::default_rules().unwrap(),
-        cut: None,
-        since: None,
-        run_id: None,
-        replace: false,
-        session: SessionOptions { target_partitions: 2, ..SessionOptions::default() },
-        explain: false,
-    };
+    let mut plan = plan(&snapshot, &out);
     let report = recon::run(&plan, &mut |_| {}).await.expect("run reads and writes the bucket");
     let verified = verify::verify(&VerifyPlan {
         truth_folder: snapshot,
