@@ -230,3 +230,28 @@ async fn files_the_manifest_does_not_list_are_never_read() {
     assert_eq!(report.summary.inputs.get("ledger"), Some(&25));
     assert_eq!(report.summary.breaks(), 14);
 }
+
+#[tokio::test]
+async fn large_and_view_strings_and_zoned_nanosecond_timestamps_are_accepted() {
+    use effect_recon::datafusion::arrow::array::{LargeStringArray, StringViewArray, TimestampNanosecondArray};
+    let (_dir, snapshot) = copy_tiny();
+    replace_ledger(&snapshot, &ledger_batch(|fields, columns| {
+        fields[0] = Field::new("msg_id", DataType::LargeUtf8, false);
+        columns[0] = Arc::new(LargeStringArray::from(vec!["m-1", "m-2"]));
+        fields[2] = Field::new("event_type", DataType::Utf8View, false);
+        columns[2] = Arc::new(StringViewArray::from(vec!["ORDER_PAID", "ORDER_PAID"]));
+        columns[4] = Arc::new(StringArray::from(vec!["SKIPPED", "SKIPPED"]));
+        // 2026-11-29T23:50+08:00 = 15:50Z (10 minutes before the cut: PENDING) and
+        // 2026-11-29T18:00+08:00 = 10:00Z (CORRECT). Read as wall times in UTC, the first
+        // would fall after the cut and get no verdict.
+        fields[10] = Field::new("decided_at", DataType::Timestamp(TimeUnit::Nanosecond, Some("+08:00".into())), false);
+        columns[10] = Arc::new(TimestampNanosecondArray::from(vec![1_795_967_400_000_000_000, 1_795_946_400_000_000_001]).with_timezone("+08:00"));
+    }));
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = effect_recon::storage::Location::parse(out_dir.path().to_str().unwrap()).unwrap();
+    let location = effect_recon::storage::Location::parse(snapshot.to_str().unwrap()).unwrap();
+    let report = run(&plan(&location, &out)).await.unwrap();
+    assert_eq!(report.summary.inputs.get("ledger"), Some(&2));
+    assert_eq!(report.summary.skip_verdicts.get("PENDING"), Some(&1));
+    assert_eq!(report.summary.skip_verdicts.get("CORRECT"), Some(&1));
+}

@@ -96,3 +96,29 @@ async fn an_earlier_cut_ignores_later_rows_and_names_the_run_after_it() {
     // this cut: no ledger entry yet, grace still running.
     assert!(found.lines().any(|l| l.contains("|1003|NO_LEDGER_ENTRY|PENDING|")), "{found}");
 }
+
+#[tokio::test]
+async fn an_empty_day_gives_empty_tables_with_the_full_schema() {
+    let csv = tempfile::tempdir().unwrap();
+    for (name, header) in [
+        ("ledger", "msg_id,order_id,event_type,expected_status,action,observed_status,topic,kafka_partition,kafka_offset,consumer_id,decided_at"),
+        ("status_history", "order_id,status,changed_at"),
+        ("receipts_points", "receipt_id,order_id,effect,msg_id,status,created_at"),
+    ] {
+        std::fs::write(csv.path().join(format!("{name}.csv")), format!("{header}\n")).unwrap();
+    }
+    let (_snapshot_dir, snapshot) = temp_location();
+    snapshot_from_csv(csv.path(), &snapshot, TINY_CUT).await;
+    let (out_dir, out) = temp_location();
+    let report = run(&plan(&snapshot, &out)).await.unwrap();
+    assert_eq!((report.summary.breaks(), report.summary.pending(), report.summary.compensation_tasks), (0, 0, 0));
+    let folder = out_dir.path().join("run=20261129T160000Z");
+    for table in effect_recon::recon::outputs::OutputTable::ALL {
+        let batches = read_output(&folder, table.name());
+        let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, 0, "{}", table.name());
+        let file = std::fs::File::open(folder.join(table.name()).join("part-00000.parquet")).unwrap();
+        let reader = effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        assert_eq!(reader.schema().fields(), table.schema().fields(), "{}", table.name());
+    }
+}
