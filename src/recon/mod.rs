@@ -125,7 +125,7 @@ pub struct Outputs {
 
 /// Runs the reconciliation and publishes its outputs. `progress` receives one line per stage.
 pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunReport> {
-    let mut timings = BTreeMap::new();
+    let mut timings_ms = BTreeMap::new();
     let started = Instant::now();
     let snapshot = Snapshot::open(&plan.snapshot).await?;
     let window = Window::resolve(snapshot.cut(), plan.cut, plan.since)?;
@@ -135,12 +135,12 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
 
     let ctx = session::build(&plan.session)?;
     let stats = snapshot.register(&ctx).await?;
-    let elapsed = stage(&mut timings, "validate", started);
+    let elapsed = stage(&mut timings_ms, "validate", started);
     progress(&format!("validated snapshot {} ({} files, {} rows) in {}", plan.snapshot.display(""), stats.files, total_rows(&stats), crate::time::format_elapsed(elapsed)));
 
     let reconcile_started = Instant::now();
     let outputs = reconcile(&ctx, &plan.rules, window, plan.session.rows_per_pass, plan.explain).await?;
-    let elapsed = stage(&mut timings, "reconcile", reconcile_started);
+    let elapsed = stage(&mut timings_ms, "reconcile", reconcile_started);
     progress(&format!("reconciled: {} findings, {} skip verdicts in {}", outputs.discrepancies.num_rows(), outputs.skip_verdicts.num_rows(), crate::time::format_elapsed(elapsed)));
 
     let write_started = Instant::now();
@@ -155,7 +155,9 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
         skip_verdicts: summary::count_skip_verdicts(&outputs.skip_verdicts)?,
         compensation_tasks: outputs.compensation_tasks.num_rows() as u64,
         inputs: stats.rows.clone(),
-        timings_ms: BTreeMap::new(),
+        // The write stage cannot be timed inside the file it writes: summary.json has the
+        // stages before it, the returned summary all three.
+        timings_ms: timings_ms.clone(),
     };
     let identity = RunIdentity {
         run_id,
@@ -164,8 +166,6 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
         snapshot: plan.snapshot.display(""),
         rules_hash: plan.rules.hash.clone(),
     };
-    // Timings of the write stage itself cannot be in the file it writes; the total is.
-    summary.timings_ms = timings.iter().map(|(k, v): (&String, &Duration)| (k.clone(), v.as_millis() as u64)).collect();
     let folder = publisher.folder().display("");
     let tables = [
         (OutputTable::Discrepancies, &outputs.discrepancies),
@@ -173,9 +173,8 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
         (OutputTable::SkipVerdicts, &outputs.skip_verdicts),
     ];
     let manifest = publisher.publish(&identity, &tables, &summary).await?;
-    let elapsed = stage(&mut timings, "write", write_started);
+    let elapsed = stage(&mut summary.timings_ms, "write", write_started);
     progress(&format!("wrote {folder} in {}", crate::time::format_elapsed(elapsed)));
-    summary.timings_ms = timings.iter().map(|(k, v)| (k.clone(), v.as_millis() as u64)).collect();
     Ok(RunReport { summary, manifest, folder, plans: outputs.plans })
 }
 
@@ -263,9 +262,10 @@ fn register_batches(ctx: &SessionContext, name: &str, (schema, batches): (Schema
     Ok(())
 }
 
-fn stage(timings: &mut BTreeMap<String, Duration>, name: &str, started: Instant) -> Duration {
+/// Records a stage's wall time in milliseconds and returns it.
+fn stage(timings_ms: &mut BTreeMap<String, u64>, name: &str, started: Instant) -> Duration {
     let elapsed = started.elapsed();
-    timings.insert(name.to_string(), elapsed);
+    timings_ms.insert(name.to_string(), elapsed.as_millis() as u64);
     elapsed
 }
 
