@@ -21,7 +21,8 @@ fn bench_reconcile(c: &mut Criterion) {
         Ok(path) => (path.clone(), path),
         Err(_) => {
             let path = generated.path().join("snapshot").display().to_string();
-            let mut plan = GenPlan::new(Location::parse(&path).expect("location"), 20_000).expect("gen plan");
+            let mut plan =
+                GenPlan::new(Location::parse(&path).expect("location"), 20_000).expect("gen plan");
             plan.seed = 7;
             runtime.block_on(gen::generate(&plan)).expect("gen");
             (path, "generated day, 20000 orders".to_string())
@@ -36,9 +37,15 @@ fn bench_reconcile(c: &mut Criterion) {
     group.bench_function(name, |b| {
         b.iter(|| {
             runtime.block_on(async {
-                let ctx = session::build(&SessionOptions { target_partitions: 2, ..SessionOptions::default() }).expect("session");
+                let ctx = session::build(&SessionOptions {
+                    target_partitions: 2,
+                    ..SessionOptions::default()
+                })
+                .expect("session");
                 snapshot.register(&ctx).await.expect("register");
-                reconcile(&ctx, &rules, window, effect_recon::session::ROWS_PER_PASS, false).await.expect("reconcile")
+                reconcile(&ctx, &rules, window, effect_recon::session::ROWS_PER_PASS, false)
+                    .await
+                    .expect("reconcile")
             })
         })
     });

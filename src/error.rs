@@ -42,7 +42,11 @@ pub enum Error {
 
     /// The query engine failed; `context` says which query or step.
     #[error("{context}: {source}")]
-    Query { context: String, #[source] source: Box<datafusion::error::DataFusionError> },
+    Query {
+        context: String,
+        #[source]
+        source: Box<datafusion::error::DataFusionError>,
+    },
 
     /// The engine ran out of the memory `--memory-limit` grants.
     #[error("{context}: out of memory under --memory-limit: {message}\nhint: raise --memory-limit (e.g. 4GiB), or lower --target-partitions so fewer operators hold memory at once")]
@@ -50,11 +54,19 @@ pub enum Error {
 
     /// Object store access failed.
     #[error("object store {location}: {source}")]
-    ObjectStore { location: String, #[source] source: Box<object_store::Error> },
+    ObjectStore {
+        location: String,
+        #[source]
+        source: Box<object_store::Error>,
+    },
 
     /// Local I/O failed.
     #[error("{path}: {source}")]
-    Io { path: String, #[source] source: std::io::Error },
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 
     /// A ground-truth check found differences (verify).
     #[error("{0}")]
@@ -64,7 +76,8 @@ pub enum Error {
 impl Error {
     /// Wraps a DataFusion error with the step it happened in.
     pub fn query(context: impl fmt::Display, source: datafusion::error::DataFusionError) -> Self {
-        if let datafusion::error::DataFusionError::ResourcesExhausted(message) = source.find_root() {
+        if let datafusion::error::DataFusionError::ResourcesExhausted(message) = source.find_root()
+        {
             return Error::MemoryLimit { context: context.to_string(), message: message.clone() };
         }
         Error::Query { context: context.to_string(), source: Box::new(source) }

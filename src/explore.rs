@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
 use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{DataFrame, SessionContext};
 
@@ -18,7 +20,12 @@ use crate::storage::Location;
 
 /// Opens a session with `ledger`, `status_history`, `receipts`, `rules` and, with a run
 /// folder, `discrepancies`, `compensation_tasks` and `skip_verdicts`.
-pub async fn open(snapshot: &Location, run: Option<&Location>, rules: &RuleSet, options: &SessionOptions) -> Result<SessionContext> {
+pub async fn open(
+    snapshot: &Location,
+    run: Option<&Location>,
+    rules: &RuleSet,
+    options: &SessionOptions,
+) -> Result<SessionContext> {
     let ctx = session::build(options)?;
     Snapshot::open(snapshot).await?.register(&ctx).await?;
     rules_table::register(&ctx, rules)?;
@@ -34,10 +41,20 @@ pub async fn register_run(ctx: &SessionContext, folder: &Location) -> Result<()>
     ctx.register_object_store(folder.store_url(), Arc::clone(folder.store()));
     for (name, table) in &manifest.tables {
         let context = |e| Error::query(format!("registering run table {name}"), e);
-        let paths = table.files.iter().map(|f| ListingTableUrl::parse(folder.url(&f.path))).collect::<Result<Vec<_>, _>>().map_err(context)?;
-        let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+        let paths = table
+            .files
+            .iter()
+            .map(|f| ListingTableUrl::parse(folder.url(&f.path)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(context)?;
+        let options =
+            ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
         let state = ctx.state();
-        let config = ListingTableConfig::new_with_multi_paths(paths).with_listing_options(options).infer_schema(&state).await.map_err(context)?;
+        let config = ListingTableConfig::new_with_multi_paths(paths)
+            .with_listing_options(options)
+            .infer_schema(&state)
+            .await
+            .map_err(context)?;
         let provider = ListingTable::try_new(config).map_err(context)?;
         ctx.register_table(name.as_str(), Arc::new(provider)).map_err(context)?;
     }
@@ -47,7 +64,8 @@ pub async fn register_run(ctx: &SessionContext, folder: &Location) -> Result<()>
 /// Plans one statement, refusing anything that would change data or the session:
 /// DDL (CREATE, DROP), DML (INSERT, UPDATE, DELETE, COPY) and statements such as SET.
 pub async fn read_only_query(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
-    let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
+    let options =
+        SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     ctx.sql_with_options(sql, options).await.map_err(|e| {
         let text = e.to_string();
         let refused = ["DDL not supported: ", "DML not supported: ", "Statement not supported: "]

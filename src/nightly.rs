@@ -42,21 +42,34 @@ pub struct NightlyReport {
 }
 
 /// Runs export then run; `stage` receives one line per stage, `progress` the exporter's.
-pub async fn nightly(plan: &NightlyPlan, progress: &Progress, stage: &mut dyn FnMut(&str)) -> Result<NightlyReport> {
+pub async fn nightly(
+    plan: &NightlyPlan,
+    progress: &Progress,
+    stage: &mut dyn FnMut(&str),
+) -> Result<NightlyReport> {
     let started = Instant::now();
     let root_text = plan.job.root.clone().ok_or_else(|| {
-        Error::config(plan.job.path.display(), "nightly needs `root` (where snapshot=<cut>/ and run=<id>/ go)")
+        Error::config(
+            plan.job.path.display(),
+            "nightly needs `root` (where snapshot=<cut>/ and run=<id>/ go)",
+        )
     })?;
     let root = Location::parse(&root_text)?;
     let rules = RuleSet::load(plan.job.rules.as_deref())?;
     let snapshot = root.join(&format!("snapshot={}", format_compact(plan.cut)));
-    stage(&format!("cut {}, rules {} ({})", format_instant(plan.cut), rules.origin, &rules.hash[..12]));
+    stage(&format!(
+        "cut {}, rules {} ({})",
+        format_instant(plan.cut),
+        rules.origin,
+        &rules.hash[..12]
+    ));
 
     let export = if snapshot.exists(MANIFEST).await? {
         stage(&format!("export skipped: {} is already complete", snapshot.display("")));
         None
     } else {
-        let export_plan = ExportPlan { job: plan.job.clone(), out: snapshot.clone(), cut: plan.cut };
+        let export_plan =
+            ExportPlan { job: plan.job.clone(), out: snapshot.clone(), cut: plan.cut };
         let report = export::export(&export_plan, progress).await?;
         stage(&format!(
             "export done: {} rows from {} sources into {} in {}",

@@ -91,7 +91,12 @@ impl RunPublisher {
     }
 
     /// Writes the tables and summary, then the manifest; returns the manifest.
-    pub async fn publish(self, identity: &RunIdentity, tables: &[(OutputTable, &RecordBatch)], summary: &Summary) -> Result<RunManifest> {
+    pub async fn publish(
+        self,
+        identity: &RunIdentity,
+        tables: &[(OutputTable, &RecordBatch)],
+        summary: &Summary,
+    ) -> Result<RunManifest> {
         let mut files = BTreeMap::new();
         for (table, batch) in tables {
             let mut writer = PartWriter::new(&self.folder, table.name(), table.schema());
@@ -99,7 +104,11 @@ impl RunPublisher {
             files.insert(table.name().to_string(), TableFiles { files: writer.finish().await? });
         }
         let summary_json = to_json(summary, &self.folder.display(SUMMARY))?;
-        let summary_entry = FileEntry { path: SUMMARY.into(), rows: 0, sha256: hex::encode(Sha256::digest(&summary_json)) };
+        let summary_entry = FileEntry {
+            path: SUMMARY.into(),
+            rows: 0,
+            sha256: hex::encode(Sha256::digest(&summary_json)),
+        };
         self.folder.write(SUMMARY, Bytes::from(summary_json)).await?;
         let manifest = RunManifest {
             format: RUN_FORMAT.into(),
@@ -129,16 +138,22 @@ pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
         location: folder.display(""),
         message: "no manifest.json: not a run folder, or a run that did not finish".into(),
     })?;
-    let manifest: RunManifest = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::Output { location: folder.display(MANIFEST), message: format!("not a run manifest: {e}") })?;
+    let manifest: RunManifest = serde_json::from_slice(&bytes).map_err(|e| Error::Output {
+        location: folder.display(MANIFEST),
+        message: format!("not a run manifest: {e}"),
+    })?;
     if manifest.format != RUN_FORMAT {
-        return Err(Error::Output { location: folder.display(MANIFEST), message: format!("format '{}', expected '{RUN_FORMAT}'", manifest.format) });
+        return Err(Error::Output {
+            location: folder.display(MANIFEST),
+            message: format!("format '{}', expected '{RUN_FORMAT}'", manifest.format),
+        });
     }
     Ok(manifest)
 }
 
 fn to_json<T: Serialize>(value: &T, location: &str) -> Result<Vec<u8>> {
-    let mut json = serde_json::to_vec_pretty(value).map_err(|e| Error::Output { location: location.into(), message: e.to_string() })?;
+    let mut json = serde_json::to_vec_pretty(value)
+        .map_err(|e| Error::Output { location: location.into(), message: e.to_string() })?;
     json.push(b'\n');
     Ok(json)
 }

@@ -79,7 +79,9 @@ impl PartWriter {
             let slice = batch.slice(offset, take);
             let writer = match self.current.as_mut() {
                 Some(writer) => writer,
-                None => self.current.insert(new_writer(&self.schema, &self.location.display(&self.folder))?),
+                None => self
+                    .current
+                    .insert(new_writer(&self.schema, &self.location.display(&self.folder))?),
             };
             writer.write(&slice).map_err(|e| self.error(e))?;
             self.current_rows += take;
@@ -111,7 +113,10 @@ impl PartWriter {
     }
 
     fn error(&self, e: impl std::fmt::Display) -> Error {
-        Error::Output { location: self.location.display(&self.folder), message: format!("writing Parquet: {e}") }
+        Error::Output {
+            location: self.location.display(&self.folder),
+            message: format!("writing Parquet: {e}"),
+        }
     }
 }
 
@@ -129,5 +134,8 @@ pub fn writer_properties() -> WriterProperties {
 
 fn new_writer(schema: &SchemaRef, what: &str) -> Result<ArrowWriter<Vec<u8>>> {
     ArrowWriter::try_new(Vec::new(), std::sync::Arc::clone(schema), Some(writer_properties()))
-        .map_err(|e| Error::Output { location: what.to_string(), message: format!("creating Parquet writer: {e}") })
+        .map_err(|e| Error::Output {
+            location: what.to_string(),
+            message: format!("creating Parquet writer: {e}"),
+        })
 }

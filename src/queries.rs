@@ -92,14 +92,24 @@ pub async fn register_view(ctx: &SessionContext, query: Query, params: &[Param])
 }
 
 /// Runs `query` and collects its batches.
-pub async fn collect(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<Vec<RecordBatch>> {
-    frame(ctx, query, params).await?.collect().await.map_err(|e| Error::query(format!("running sql/{}.sql", query.name), e))
+pub async fn collect(
+    ctx: &SessionContext,
+    query: Query,
+    params: &[Param],
+) -> Result<Vec<RecordBatch>> {
+    frame(ctx, query, params)
+        .await?
+        .collect()
+        .await
+        .map_err(|e| Error::query(format!("running sql/{}.sql", query.name), e))
 }
 
 /// A string column of a result by name, as Utf8 whatever string encoding the engine chose.
 pub fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
     let column = batch.column_by_name(name).ok_or_else(|| missing_column(name))?;
-    let utf8 = datafusion::arrow::compute::cast(column, &datafusion::arrow::datatypes::DataType::Utf8).map_err(|_| missing_column(name))?;
+    let utf8 =
+        datafusion::arrow::compute::cast(column, &datafusion::arrow::datatypes::DataType::Utf8)
+            .map_err(|_| missing_column(name))?;
     utf8.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| missing_column(name))
 }
 
@@ -109,7 +119,10 @@ pub fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64A
 }
 
 fn missing_column(name: &str) -> Error {
-    Error::Output { location: name.to_string(), message: format!("result column '{name}' missing or of an unexpected type") }
+    Error::Output {
+        location: name.to_string(),
+        message: format!("result column '{name}' missing or of an unexpected type"),
+    }
 }
 
 fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
@@ -124,7 +137,11 @@ mod tests {
     #[test]
     fn every_query_starts_with_its_contract() {
         for query in super::all() {
-            assert!(query.text.starts_with(&format!("-- {}:", query.name)), "sql/{}.sql lacks its header comment", query.name);
+            assert!(
+                query.text.starts_with(&format!("-- {}:", query.name)),
+                "sql/{}.sql lacks its header comment",
+                query.name
+            );
         }
     }
 

@@ -32,29 +32,45 @@ impl Location {
         let bad = |message: String| Error::Output { location: text.to_string(), message };
         if let Some(rest) = text.strip_prefix("s3://") {
             let url = Url::parse(text).map_err(|e| bad(e.to_string()))?;
-            let bucket = url.host_str().ok_or_else(|| bad("no bucket in the URL".into()))?.to_string();
+            let bucket =
+                url.host_str().ok_or_else(|| bad("no bucket in the URL".into()))?.to_string();
             let store = object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(&bucket)
                 .build()
                 .map_err(|e| Error::store(text, e))?;
             let prefix = Path::from(rest.trim_start_matches(&bucket).trim_matches('/'));
-            let store_url = Url::parse(&format!("s3://{bucket}/")).map_err(|e| bad(e.to_string()))?;
-            return Ok(Location { store: Arc::new(store), store_url, prefix, display: text.trim_end_matches('/').to_string() });
+            let store_url =
+                Url::parse(&format!("s3://{bucket}/")).map_err(|e| bad(e.to_string()))?;
+            return Ok(Location {
+                store: Arc::new(store),
+                store_url,
+                prefix,
+                display: text.trim_end_matches('/').to_string(),
+            });
         }
         let local = match text.strip_prefix("file://") {
             Some(path) => std::path::PathBuf::from(path),
-            None if text.contains("://") => return Err(bad("unsupported scheme; use a directory, file:// or s3://".into())),
+            None if text.contains("://") => {
+                return Err(bad("unsupported scheme; use a directory, file:// or s3://".into()))
+            }
             None => std::path::PathBuf::from(text),
         };
         let absolute = if local.is_absolute() {
             local
         } else {
-            std::env::current_dir().map_err(|e| Error::Io { path: ".".into(), source: e })?.join(local)
+            std::env::current_dir()
+                .map_err(|e| Error::Io { path: ".".into(), source: e })?
+                .join(local)
         };
         let absolute = normalize(&absolute);
         let prefix = Path::from_absolute_path(&absolute).map_err(|e| bad(e.to_string()))?;
         let store_url = Url::parse("file:///").map_err(|e| bad(e.to_string()))?;
-        Ok(Location { store: Arc::new(LocalFileSystem::new()), store_url, prefix, display: absolute.display().to_string() })
+        Ok(Location {
+            store: Arc::new(LocalFileSystem::new()),
+            store_url,
+            prefix,
+            display: absolute.display().to_string(),
+        })
     }
 
     /// A sub-folder of this location.
@@ -107,7 +123,9 @@ impl Location {
     /// Reads a whole object; `Ok(None)` when it does not exist.
     pub async fn read_optional(&self, relative: &str) -> Result<Option<Bytes>> {
         match self.store.get(&self.path(relative)).await {
-            Ok(result) => Ok(Some(result.bytes().await.map_err(|e| Error::store(self.display(relative), e))?)),
+            Ok(result) => {
+                Ok(Some(result.bytes().await.map_err(|e| Error::store(self.display(relative), e))?))
+            }
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(Error::store(self.display(relative), e)),
         }
@@ -143,7 +161,12 @@ impl Location {
 
     /// Deletes every object under this location (used by `--replace`).
     pub async fn delete_all(&self) -> Result<()> {
-        let objects: Vec<_> = self.store.list(Some(&self.prefix)).try_collect().await.map_err(|e| Error::store(self.display(""), e))?;
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&self.prefix))
+            .try_collect()
+            .await
+            .map_err(|e| Error::store(self.display(""), e))?;
         for object in objects {
             match self.store.delete(&object.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

@@ -17,7 +17,9 @@ pub fn parse_instant(text: &str) -> Result<Micros, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc).timestamp_micros());
     }
-    for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"] {
+    for format in
+        ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"]
+    {
         if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
             return Ok(t.and_utc().timestamp_micros());
         }
@@ -49,7 +51,9 @@ pub fn format_compact(micros: Micros) -> String {
 /// Parses a duration made of one or more `<int><unit>` parts, units `ms s m h d`
 /// (e.g. `30m`, `1h 30m`, `1d`), into microseconds.
 pub fn parse_duration(text: &str) -> Result<Micros, String> {
-    let invalid = || format!("'{text}' is not a duration: use <int><unit> parts with units ms s m h d, e.g. 30m or 1h 30m");
+    let invalid = || {
+        format!("'{text}' is not a duration: use <int><unit> parts with units ms s m h d, e.g. 30m or 1h 30m")
+    };
     let mut total: Micros = 0;
     let mut parts = 0;
     let mut rest = text.trim();

@@ -11,7 +11,9 @@ use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::hash_utils::{create_hashes, RandomState};
 use datafusion::error::Result;
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
 
 /// Seed of `key_hash`: fixed, so hashes are the same in every run.
 const SEED: u64 = 0x5eed_0fe4_4ec7;

@@ -25,10 +25,12 @@ const DEMO_JOB: &str = include_str!("../../fixtures/demo/job.toml");
 /// Generate a day into SQLite, run the nightly job on it (export, then run) and check the
 /// findings against the ground truth.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Writes <dir>/generated (the day and its truth), <dir>/fulfilment.db (SQLite),
+#[command(
+    after_help = "Writes <dir>/generated (the day and its truth), <dir>/fulfilment.db (SQLite),
 <dir>/job.toml and <dir>/recon/ (snapshot=<cut>/ and run=<id>/). Re-running replaces them.
 Example:
-  effect-recon demo --orders 100000 --dir ./demo")]
+  effect-recon demo --orders 100000 --dir ./demo"
+)]
 pub struct DemoArgs {
     /// Orders in the generated day.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
@@ -62,7 +64,11 @@ pub async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
     print!("{}", checked.render());
     print_next_steps(&dirs, &report);
     if !checked.is_exact() {
-        return Err(Error::Mismatch(format!("the demo run differs from its ground truth in {} places", checked.mismatch_count)).into());
+        return Err(Error::Mismatch(format!(
+            "the demo run differs from its ground truth in {} places",
+            checked.mismatch_count
+        ))
+        .into());
     }
     Ok(Outcome::Clean)
 }
@@ -103,23 +109,36 @@ async fn generate(dirs: &DemoDirs, args: &DemoArgs) -> anyhow::Result<GenReport>
 async fn load(dirs: &DemoDirs) -> anyhow::Result<()> {
     let url = format!("sqlite:{}", dirs.database.display());
     let report = load_snapshot(&dirs.generated, &url, &LoadOptions::default()).await?;
-    eprintln!("demo: loaded {} rows into {} in {}", report.rows(), dirs.database.display(), format_elapsed(report.elapsed));
+    eprintln!(
+        "demo: loaded {} rows into {} in {}",
+        report.rows(),
+        dirs.database.display(),
+        format_elapsed(report.elapsed)
+    );
     Ok(())
 }
 
 /// Writes the embedded job next to the database and runs it like cron would.
 async fn run_nightly(dirs: &DemoDirs, generated: &GenReport) -> anyhow::Result<NightlyReport> {
     std::fs::write(&dirs.job, DEMO_JOB)?;
-    let cut = generated.window.map(|w| w.cut).ok_or_else(|| anyhow::anyhow!("gen reported no cut"))?;
-    let plan = NightlyPlan { job: JobConfig::load(&dirs.job)?, cut, replace: true, session: SessionOptions::default() };
+    let cut =
+        generated.window.map(|w| w.cut).ok_or_else(|| anyhow::anyhow!("gen reported no cut"))?;
+    let plan = NightlyPlan {
+        job: JobConfig::load(&dirs.job)?,
+        cut,
+        replace: true,
+        session: SessionOptions::default(),
+    };
     let progress = Progress::new(ProgressMode::detect());
     Ok(nightly(&plan, &progress, &mut |line| eprintln!("nightly: {line}")).await?)
 }
 
 /// Verifies the run against the truth gen wrote.
 async fn check(dirs: &DemoDirs, report: &NightlyReport) -> anyhow::Result<VerifyReport> {
-    let run = Location::parse(&dirs.recon.display().to_string())?.join(&run_folder(&report.run.summary.run_id));
-    let plan = VerifyPlan { truth_folder: dirs.generated.clone(), truth_file: TRUTH_FILE.into(), run };
+    let run = Location::parse(&dirs.recon.display().to_string())?
+        .join(&run_folder(&report.run.summary.run_id));
+    let plan =
+        VerifyPlan { truth_folder: dirs.generated.clone(), truth_file: TRUTH_FILE.into(), run };
     Ok(verify::verify(&plan).await?)
 }
 

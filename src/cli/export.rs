@@ -42,9 +42,17 @@ pub fn progress(quiet: bool) -> Progress {
 
 /// Runs `effect-recon export`.
 pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
-    let plan = ExportPlan { job: JobConfig::load(&args.config)?, out: Location::parse(&args.out)?, cut: args.cut.unwrap_or_else(default_cut) };
+    let plan = ExportPlan {
+        job: JobConfig::load(&args.config)?,
+        out: Location::parse(&args.out)?,
+        cut: args.cut.unwrap_or_else(default_cut),
+    };
     let progress = progress(args.quiet);
-    progress.message(&format!("export: cut {} into {}", format_instant(plan.cut), plan.out.display("")));
+    progress.message(&format!(
+        "export: cut {} into {}",
+        format_instant(plan.cut),
+        plan.out.display("")
+    ));
     let report = export::export(&plan, &progress).await?;
     println!(
         "snapshot {}: {} rows from {} sources in {}",
@@ -58,8 +66,10 @@ pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
 
 /// Load a snapshot into a database with the recommended schema (tests, demos, benchmarks).
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Creates the tables of sql/schema/<driver>.sql if missing, then inserts every row.\n\
-Example:\n  effect-recon load --snapshot fixtures/snapshot --url sqlite:///tmp/day.db")]
+#[command(
+    after_help = "Creates the tables of sql/schema/<driver>.sql if missing, then inserts every row.\n\
+Example:\n  effect-recon load --snapshot fixtures/snapshot --url sqlite:///tmp/day.db"
+)]
 pub struct LoadArgs {
     /// Snapshot folder to read: a directory, file:// or s3:// URL holding manifest.json.
     #[arg(long, value_name = "DIR|URL")]
@@ -77,12 +87,22 @@ pub struct LoadArgs {
 
 /// Runs `effect-recon load`.
 pub async fn execute_load(args: LoadArgs) -> anyhow::Result<Outcome> {
-    let offset = effect_recon::config::job::parse_offset(&args.timezone).map_err(|m| effect_recon::Error::argument("--timezone", m))?;
-    let options = export::load::LoadOptions { utc_offset_secs: offset, rows_per_insert: args.rows_per_insert, create_schema: true };
-    let report = export::load::load_snapshot(&Location::parse(&args.snapshot)?, &args.url, &options).await?;
+    let offset = effect_recon::config::job::parse_offset(&args.timezone)
+        .map_err(|m| effect_recon::Error::argument("--timezone", m))?;
+    let options = export::load::LoadOptions {
+        utc_offset_secs: offset,
+        rows_per_insert: args.rows_per_insert,
+        create_schema: true,
+    };
+    let report =
+        export::load::load_snapshot(&Location::parse(&args.snapshot)?, &args.url, &options).await?;
     for (table, rows) in &report.tables {
         println!("{table}: {rows} rows");
     }
-    println!("loaded {} rows in {}", report.rows(), effect_recon::time::format_elapsed(report.elapsed));
+    println!(
+        "loaded {} rows in {}",
+        report.rows(),
+        effect_recon::time::format_elapsed(report.elapsed)
+    );
     Ok(Outcome::Clean)
 }

@@ -8,9 +8,11 @@ use super::{parse_instant_arg, Outcome};
 /// Generate a synthetic snapshot (24-partition order-event workload with planted faults)
 /// and its ground truth <out>/truth.parquet.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  effect-recon gen --out /tmp/snap --orders 1000000 --seed 7\n  \
+#[command(
+    after_help = "Example:\n  effect-recon gen --out /tmp/snap --orders 1000000 --seed 7\n  \
 effect-recon run --snapshot /tmp/snap --out /tmp/recon\n  \
-effect-recon verify --truth /tmp/snap/truth.parquet --run /tmp/recon/run=20261129T160000Z")]
+effect-recon verify --truth /tmp/snap/truth.parquet --run /tmp/recon/run=20261129T160000Z"
+)]
 pub struct GenArgs {
     /// Snapshot folder to write (a directory, file:// or s3:// URL).
     #[arg(long, value_name = "DIR|URL")]

@@ -2,8 +2,8 @@
 //! a validated plan of the library before any work starts.
 
 mod demo;
-mod gen;
 mod export;
+mod gen;
 mod nightly;
 mod run;
 mod sql;
@@ -80,7 +80,8 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| format!("'{text}' is not a size (e.g. 2GiB, 512MiB)"))?;
+    let number: f64 =
+        number.parse().map_err(|_| format!("'{text}' is not a size (e.g. 2GiB, 512MiB)"))?;
     let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" | "kib" => 1024.0,

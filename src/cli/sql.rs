@@ -30,9 +30,11 @@ enum Format {
 /// Run read-only SQL over the tables ledger, status_history, receipts, rules and, with
 /// --run, discrepancies, compensation_tasks and skip_verdicts.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Examples:\n  effect-recon sql --snapshot demo/snapshot -c \"SELECT action, count(*) FROM ledger GROUP BY action\"\n  \
+#[command(
+    after_help = "Examples:\n  effect-recon sql --snapshot demo/snapshot -c \"SELECT action, count(*) FROM ledger GROUP BY action\"\n  \
 effect-recon sql --snapshot demo/snapshot --run demo/out/run=20261129T160000Z -c \"SELECT * FROM discrepancies LIMIT 10\"\n  \
-effect-recon sql --snapshot demo/snapshot          (interactive: end each statement with ';')")]
+effect-recon sql --snapshot demo/snapshot          (interactive: end each statement with ';')"
+)]
 pub struct SqlArgs {
     /// Snapshot folder (directory, file:// or s3:// URL).
     #[arg(long, value_name = "DIR|URL")]
@@ -71,7 +73,8 @@ pub async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
     match (&args.command, &args.file) {
         (Some(sql), _) => run_statement(&ctx, sql, &args).await?,
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
             for statement in split_statements(&text) {
                 run_statement(&ctx, &statement, &args).await?;
             }
@@ -86,7 +89,8 @@ async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyho
     let batches = frame.collect().await.map_err(|e| effect_recon::Error::query("sql", e))?;
     match &args.output {
         Some(path) => {
-            let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?;
             write_batches(file, &batches, args.format)?;
         }
         None => write_batches(std::io::stdout(), &batches, args.format)?,
@@ -94,11 +98,16 @@ async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyho
     Ok(())
 }
 
-fn write_batches<W: Write + Send>(mut out: W, batches: &[RecordBatch], format: Format) -> anyhow::Result<()> {
+fn write_batches<W: Write + Send>(
+    mut out: W,
+    batches: &[RecordBatch],
+    format: Format,
+) -> anyhow::Result<()> {
     match format {
         Format::Table => writeln!(out, "{}", pretty_format_batches(batches)?)?,
         Format::Csv => {
-            let mut writer = datafusion::arrow::csv::WriterBuilder::new().with_header(true).build(out);
+            let mut writer =
+                datafusion::arrow::csv::WriterBuilder::new().with_header(true).build(out);
             for batch in batches {
                 writer.write(batch)?;
             }
@@ -116,7 +125,8 @@ fn write_batches<W: Write + Send>(mut out: W, batches: &[RecordBatch], format: F
                 None => bail!("the query returned no schema to write"),
             };
             let props = effect_recon::parquet_parts::writer_properties();
-            let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(out, schema, Some(props))?;
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(out, schema, Some(props))?;
             for batch in batches {
                 writer.write(batch)?;
             }
@@ -143,7 +153,9 @@ fn split_statements(text: &str) -> Vec<String> {
 
 fn push_statement(statements: &mut Vec<String>, current: &mut String) {
     let statement = current.trim().trim_end_matches(';').trim().to_string();
-    if !statement.is_empty() && !statement.lines().all(|l| l.trim().is_empty() || l.trim().starts_with("--")) {
+    if !statement.is_empty()
+        && !statement.lines().all(|l| l.trim().is_empty() || l.trim().starts_with("--"))
+    {
         statements.push(statement);
     }
     current.clear();

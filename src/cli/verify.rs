@@ -25,7 +25,11 @@ pub async fn execute(args: VerifyArgs) -> anyhow::Result<Outcome> {
     let report = verify::verify(&plan).await?;
     print!("{}", report.render());
     if !report.is_exact() {
-        return Err(Error::Mismatch(format!("{} mismatches between {} and {}", report.mismatch_count, args.run, args.truth)).into());
+        return Err(Error::Mismatch(format!(
+            "{} mismatches between {} and {}",
+            report.mismatch_count, args.run, args.truth
+        ))
+        .into());
     }
     Ok(Outcome::Clean)
 }

@@ -166,7 +166,8 @@ impl SourceConfig {
 impl JobConfig {
     /// Reads and validates a job config file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse(&text, path, &base)
     }
@@ -176,25 +177,41 @@ impl JobConfig {
         let shown = path.display().to_string();
         let fail = |message: String| Error::config(&shown, message);
         let file: JobFile = toml::from_str(text).map_err(|e| fail(e.to_string()))?;
-        let lookback = parse_duration(file.lookback.as_deref().unwrap_or(DEFAULT_LOOKBACK)).map_err(|e| fail(format!("lookback: {e}")))?;
+        let lookback = parse_duration(file.lookback.as_deref().unwrap_or(DEFAULT_LOOKBACK))
+            .map_err(|e| fail(format!("lookback: {e}")))?;
         let export = export_settings(file.export).map_err(|m| fail(format!("[export] {m}")))?;
         let mut sources = Vec::with_capacity(file.source.len());
         let mut names = BTreeSet::new();
         for (index, entry) in file.source.into_iter().enumerate() {
-            let source = validate_source(entry, base).map_err(|m| fail(format!("source {}: {m}", index + 1)))?;
+            let source = validate_source(entry, base)
+                .map_err(|m| fail(format!("source {}: {m}", index + 1)))?;
             if !names.insert((source.table, source.name.clone())) {
-                return Err(fail(format!("source {}: table '{}' has two sources named '{}'", index + 1, source.table.name(), source.name)));
+                return Err(fail(format!(
+                    "source {}: table '{}' has two sources named '{}'",
+                    index + 1,
+                    source.table.name(),
+                    source.name
+                )));
             }
             sources.push(source);
         }
         for table in Table::ALL {
             if !sources.iter().any(|s| s.table == table) {
-                return Err(fail(format!("no [[source]] for table '{}'; a snapshot needs all three tables", table.name())));
+                return Err(fail(format!(
+                    "no [[source]] for table '{}'; a snapshot needs all three tables",
+                    table.name()
+                )));
             }
         }
         let rules = file.rules.map(|r| base.join(r));
         // A plain relative root is relative to this file, like `rules` and SQLite paths.
-        let root = file.root.map(|r| if r.contains("://") || Path::new(&r).is_absolute() { r } else { base.join(r).display().to_string() });
+        let root = file.root.map(|r| {
+            if r.contains("://") || Path::new(&r).is_absolute() {
+                r
+            } else {
+                base.join(r).display().to_string()
+            }
+        });
         Ok(JobConfig { path: path.to_path_buf(), root, rules, lookback, export, sources })
     }
 
@@ -206,7 +223,8 @@ impl JobConfig {
 
 fn export_settings(file: ExportFile) -> Result<ExportSettings, String> {
     let mut settings = ExportSettings::default();
-    let positive = |name: &str, v: u64| if v == 0 { Err(format!("{name} must be at least 1")) } else { Ok(v) };
+    let positive =
+        |name: &str, v: u64| if v == 0 { Err(format!("{name} must be at least 1")) } else { Ok(v) };
     if let Some(v) = file.connections {
         settings.connections = positive("connections", v as u64)? as usize;
     }
@@ -220,7 +238,8 @@ fn export_settings(file: ExportFile) -> Result<ExportSettings, String> {
         settings.rows_per_file = positive("rows_per_file", v as u64)? as usize;
     }
     if let Some(v) = file.connect_timeout {
-        settings.connect_timeout = parse_duration(&v).map_err(|e| format!("connect_timeout: {e}"))?;
+        settings.connect_timeout =
+            parse_duration(&v).map_err(|e| format!("connect_timeout: {e}"))?;
     }
     if let Some(v) = file.verify_counts {
         settings.verify_counts = v;
@@ -230,13 +249,18 @@ fn export_settings(file: ExportFile) -> Result<ExportSettings, String> {
 
 fn validate_source(entry: SourceEntry, base: &Path) -> Result<SourceConfig, String> {
     let SourceEntry { table, name, url, password_env, timezone, query } = entry;
-    let table = Table::from_name(&table).ok_or_else(|| format!("table '{table}' is not one of ledger, status_history, receipts"))?;
-    let name_ok = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let table = Table::from_name(&table)
+        .ok_or_else(|| format!("table '{table}' is not one of ledger, status_history, receipts"))?;
+    let name_ok =
+        !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !name_ok {
-        return Err(format!("name '{name}' may only use letters, digits, '_' and '-' (it names a folder)"));
+        return Err(format!(
+            "name '{name}' may only use letters, digits, '_' and '-' (it names a folder)"
+        ));
     }
     let context = |m: String| format!("({}[{name}]) {m}", table.name());
-    let driver = Driver::of_url(&url).ok_or_else(|| context("url must start with mysql://, postgres:// or sqlite:".into()))?;
+    let driver = Driver::of_url(&url)
+        .ok_or_else(|| context("url must start with mysql://, postgres:// or sqlite:".into()))?;
     let url = match driver {
         Driver::Sqlite => resolve_sqlite(&url, base),
         _ => check_network_url(&url).map_err(context)?,
@@ -261,7 +285,10 @@ fn validate_source(entry: SourceEntry, base: &Path) -> Result<SourceConfig, Stri
 fn check_network_url(url: &str) -> Result<String, String> {
     let parsed = Url::parse(url).map_err(|e| format!("url is not a valid URL: {e}"))?;
     if parsed.password().is_some() {
-        return Err("url contains a password; remove it and name an environment variable in password_env".into());
+        return Err(
+            "url contains a password; remove it and name an environment variable in password_env"
+                .into(),
+        );
     }
     Ok(url.to_string())
 }
@@ -288,7 +315,9 @@ fn resolve_sqlite(url: &str, base: &Path) -> String {
 
 /// Parses `UTC`, `Z`, `+08:00`, `-0530` or `+8` into seconds east of UTC.
 pub fn parse_offset(text: &str) -> Result<i32, String> {
-    let bad = || format!("timezone '{text}' is not a fixed offset: use UTC or ±HH:MM, e.g. +08:00 (named zones are not supported)");
+    let bad = || {
+        format!("timezone '{text}' is not a fixed offset: use UTC or ±HH:MM, e.g. +08:00 (named zones are not supported)")
+    };
     let t = text.trim();
     if t.eq_ignore_ascii_case("utc") || t == "Z" {
         return Ok(0);
@@ -304,7 +333,10 @@ pub fn parse_offset(text: &str) -> Result<i32, String> {
     }
     let (hours, minutes) = match digits.len() {
         1 | 2 => (digits.parse::<i32>().map_err(|_| bad())?, 0),
-        4 => (digits[..2].parse::<i32>().map_err(|_| bad())?, digits[2..].parse::<i32>().map_err(|_| bad())?),
+        4 => (
+            digits[..2].parse::<i32>().map_err(|_| bad())?,
+            digits[2..].parse::<i32>().map_err(|_| bad())?,
+        ),
         _ => return Err(bad()),
     };
     if hours > 14 || minutes > 59 {
@@ -362,16 +394,22 @@ query = "SELECT 1 WHERE ? < ?"
     #[test]
     fn unknown_keys_and_passwords_in_urls_are_refused() {
         let typo = MINIMAL.replace("lookback", "look_back");
-        assert!(JobConfig::parse(&typo, Path::new("j"), Path::new("")).unwrap_err().to_string().contains("look_back"));
+        assert!(JobConfig::parse(&typo, Path::new("j"), Path::new(""))
+            .unwrap_err()
+            .to_string()
+            .contains("look_back"));
         let secret = MINIMAL.replace("reader@db1", "reader:hunter2@db1");
-        let message = JobConfig::parse(&secret, Path::new("j"), Path::new("")).unwrap_err().to_string();
+        let message =
+            JobConfig::parse(&secret, Path::new("j"), Path::new("")).unwrap_err().to_string();
         assert!(message.contains("password_env") && !message.contains("hunter2"), "{message}");
     }
 
     #[test]
     fn the_commented_example_is_valid() {
         let text = include_str!("../../fixtures/job.example.toml");
-        let job = JobConfig::parse(text, Path::new("fixtures/job.example.toml"), Path::new("fixtures")).unwrap();
+        let job =
+            JobConfig::parse(text, Path::new("fixtures/job.example.toml"), Path::new("fixtures"))
+                .unwrap();
         assert_eq!(job.sources.len(), 5);
         assert_eq!(job.export, ExportSettings::default());
     }

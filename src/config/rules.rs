@@ -94,9 +94,18 @@ impl RuleSet {
         let mut seen = BTreeSet::new();
         let mut rules = Vec::with_capacity(file.rule.len());
         for (index, entry) in file.rule.into_iter().enumerate() {
-            let rule = validate(entry).map_err(|message| Error::config(origin, format!("rule {}: {message}", index + 1)))?;
+            let rule = validate(entry).map_err(|message| {
+                Error::config(origin, format!("rule {}: {message}", index + 1))
+            })?;
             if !seen.insert(rule.effect.clone()) {
-                return Err(Error::config(origin, format!("rule {}: effect '{}' has two rules; each effect takes exactly one", index + 1, rule.effect)));
+                return Err(Error::config(
+                    origin,
+                    format!(
+                        "rule {}: effect '{}' has two rules; each effect takes exactly one",
+                        index + 1,
+                        rule.effect
+                    ),
+                ));
             }
             rules.push(rule);
         }
@@ -117,14 +126,36 @@ impl RuleSet {
 }
 
 fn validate(entry: RuleEntry) -> Result<Rule, String> {
-    let RuleEntry { effect, trigger_event, due_status, void_statuses, grace, compensation, priority } = entry;
-    for (field, value) in [("effect", &effect), ("trigger_event", &trigger_event), ("due_status", &due_status), ("compensation", &compensation)] {
+    let RuleEntry {
+        effect,
+        trigger_event,
+        due_status,
+        void_statuses,
+        grace,
+        compensation,
+        priority,
+    } = entry;
+    for (field, value) in [
+        ("effect", &effect),
+        ("trigger_event", &trigger_event),
+        ("due_status", &due_status),
+        ("compensation", &compensation),
+    ] {
         if value.trim().is_empty() {
             return Err(format!("field '{field}' is empty"));
         }
     }
     let grace_micros = parse_duration(&grace).map_err(|e| format!("({effect}) grace: {e}"))?;
-    Ok(Rule { effect, trigger_event, due_status, void_statuses, grace, grace_micros, compensation, priority })
+    Ok(Rule {
+        effect,
+        trigger_event,
+        due_status,
+        void_statuses,
+        grace,
+        grace_micros,
+        compensation,
+        priority,
+    })
 }
 
 #[cfg(test)]

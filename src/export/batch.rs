@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder};
+use datafusion::arrow::array::{
+    ArrayRef, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
@@ -52,7 +54,10 @@ impl BatchBuilder {
             ColumnBuilder::Int64(b) => b.append_option(value),
             ColumnBuilder::Int32(b) => {
                 let narrowed = value
-                    .map(|v| i32::try_from(v).map_err(|_| format!("value {v} does not fit the contract's Int32")))
+                    .map(|v| {
+                        i32::try_from(v)
+                            .map_err(|_| format!("value {v} does not fit the contract's Int32"))
+                    })
                     .transpose()?;
                 b.append_option(narrowed)
             }
@@ -101,7 +106,8 @@ impl BatchBuilder {
             })
             .collect();
         self.rows = 0;
-        RecordBatch::try_new(Arc::clone(&self.schema), arrays).map_err(|e| format!("internal: building a batch: {e}"))
+        RecordBatch::try_new(Arc::clone(&self.schema), arrays)
+            .map_err(|e| format!("internal: building a batch: {e}"))
     }
 
     fn check_null<T>(&self, index: usize, value: Option<T>) -> Result<Option<T>, String> {
@@ -114,9 +120,13 @@ impl BatchBuilder {
 
 fn new_column(kind: ColumnKind, capacity: usize) -> ColumnBuilder {
     match kind {
-        ColumnKind::Text => ColumnBuilder::Text(StringBuilder::with_capacity(capacity, capacity * 16)),
+        ColumnKind::Text => {
+            ColumnBuilder::Text(StringBuilder::with_capacity(capacity, capacity * 16))
+        }
         ColumnKind::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(capacity)),
         ColumnKind::Int32 => ColumnBuilder::Int32(Int32Builder::with_capacity(capacity)),
-        ColumnKind::Timestamp => ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity)),
+        ColumnKind::Timestamp => {
+            ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity))
+        }
     }
 }

@@ -21,7 +21,10 @@ pub fn schema_ddl(driver: Driver) -> &'static str {
 pub fn begin_leader(driver: Driver) -> &'static [&'static str] {
     match driver {
         // The isolation level is set first: START TRANSACTION cannot name it.
-        Driver::MySql => &["SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"],
+        Driver::MySql => &[
+            "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
+        ],
         Driver::Postgres => &["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"],
         // Deferred: the read snapshot is taken by the first SELECT and kept until the end.
         Driver::Sqlite => &["BEGIN"],

@@ -76,7 +76,10 @@ pub fn table_name(table: Table, source: Option<&str>) -> Result<String> {
         Table::Receipts => {
             let source = source.unwrap_or("default");
             if source.is_empty() || !source.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(Error::argument("receipt source", format!("'{source}' cannot name a table (letters, digits, '_')")));
+                return Err(Error::argument(
+                    "receipt source",
+                    format!("'{source}' cannot name a table (letters, digits, '_')"),
+                ));
             }
             Ok(format!("{source}_receipt"))
         }
@@ -89,12 +92,17 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
     let mut tables: Vec<LoadTable> = Vec::new();
     for table in Table::ALL {
         for file in opened.files(table) {
-            let source = (table == Table::Receipts).then(|| file.path.split('/').nth(1).unwrap_or("default").to_string());
-            let bytes = snapshot.read_optional(&file.path).await?.ok_or_else(|| Error::SnapshotFile {
+            let source = (table == Table::Receipts)
+                .then(|| file.path.split('/').nth(1).unwrap_or("default").to_string());
+            let bytes =
+                snapshot.read_optional(&file.path).await?.ok_or_else(|| Error::SnapshotFile {
+                    file: snapshot.display(&file.path),
+                    message: "listed in manifest.json but absent".into(),
+                })?;
+            let batches = read_parquet(bytes, table).map_err(|message| Error::SnapshotFile {
                 file: snapshot.display(&file.path),
-                message: "listed in manifest.json but absent".into(),
+                message,
             })?;
-            let batches = read_parquet(bytes, table).map_err(|message| Error::SnapshotFile { file: snapshot.display(&file.path), message })?;
             match tables.iter_mut().find(|t| t.table == table && t.source == source) {
                 Some(existing) => existing.batches.extend(batches),
                 None => tables.push(LoadTable { table, source, batches }),
@@ -105,7 +113,9 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
 }
 
 fn read_parquet(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, String> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).and_then(|b| b.with_batch_size(8192).build()).map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .and_then(|b| b.with_batch_size(8192).build())
+        .map_err(|e| format!("unreadable Parquet: {e}"))?;
     let mut batches = Vec::new();
     for batch in reader {
         let batch = batch.map_err(|e| format!("unreadable Parquet: {e}"))?;
@@ -119,35 +129,68 @@ fn conform(batch: &RecordBatch, table: Table) -> Result<RecordBatch, String> {
     let schema = table.schema();
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
-        let column = batch.column_by_name(field.name()).ok_or_else(|| format!("column {} is missing", field.name()))?;
-        columns.push(cast(column, field.data_type()).map_err(|e| format!("column {}: {e}", field.name()))?);
+        let column = batch
+            .column_by_name(field.name())
+            .ok_or_else(|| format!("column {} is missing", field.name()))?;
+        columns.push(
+            cast(column, field.data_type()).map_err(|e| format!("column {}: {e}", field.name()))?,
+        );
     }
     RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
 }
 
 /// Loads a snapshot folder into the database at `url`.
-pub async fn load_snapshot(snapshot: &Location, url: &str, options: &LoadOptions) -> Result<LoadReport> {
+pub async fn load_snapshot(
+    snapshot: &Location,
+    url: &str,
+    options: &LoadOptions,
+) -> Result<LoadReport> {
     let tables = read_snapshot(snapshot).await?;
     load_tables(url, &tables, options).await
 }
 
 /// Loads tables of batches into the database at `url` (which may carry a password: this is
 /// a test and demo tool; it is scrubbed from errors all the same).
-pub async fn load_tables(url: &str, tables: &[LoadTable], options: &LoadOptions) -> Result<LoadReport> {
+pub async fn load_tables(
+    url: &str,
+    tables: &[LoadTable],
+    options: &LoadOptions,
+) -> Result<LoadReport> {
     let started = Instant::now();
-    let driver = Driver::of_url(url).ok_or_else(|| Error::argument("url", "must start with mysql://, postgres:// or sqlite:"))?;
+    let driver = Driver::of_url(url).ok_or_else(|| {
+        Error::argument("url", "must start with mysql://, postgres:// or sqlite:")
+    })?;
     let password = url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string));
-    let target = Target { driver, url: url.to_string(), password, offset_secs: options.utc_offset_secs, read_only: false };
-    let fail = |what: &str, message: String| Error::Source { source_name: "load".into(), table: what.to_string(), message: target.scrub(&message) };
+    let target = Target {
+        driver,
+        url: url.to_string(),
+        password,
+        offset_secs: options.utc_offset_secs,
+        read_only: false,
+    };
+    let fail = |what: &str, message: String| Error::Source {
+        source_name: "load".into(),
+        table: what.to_string(),
+        message: target.scrub(&message),
+    };
     let mut conn = source::connect(&target, 30_000_000).await.map_err(|m| fail("connect", m))?;
     if options.create_schema {
-        conn.execute(dialect::schema_ddl(driver)).await.map_err(|e| fail("schema", format!("creating the recommended schema: {e}")))?;
+        conn.execute(dialect::schema_ddl(driver))
+            .await
+            .map_err(|e| fail("schema", format!("creating the recommended schema: {e}")))?;
     }
     let mut report = LoadReport::default();
     for load in tables {
         let name = table_name(load.table, load.source.as_deref())?;
-        let batches = load.batches.iter().map(|b| conform(b, load.table)).collect::<Result<Vec<_>, _>>().map_err(|m| fail(&name, m))?;
-        let rows = insert(&mut conn, &name, load.table, &batches, options).await.map_err(|e| fail(&name, format!("inserting: {e}")))?;
+        let batches = load
+            .batches
+            .iter()
+            .map(|b| conform(b, load.table))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|m| fail(&name, m))?;
+        let rows = insert(&mut conn, &name, load.table, &batches, options)
+            .await
+            .map_err(|e| fail(&name, format!("inserting: {e}")))?;
         report.tables.push((name, rows));
     }
     conn.close().await;
@@ -174,7 +217,9 @@ fn values<'a>(batch: &'a RecordBatch, table: Table) -> Vec<Values<'a>> {
                 ColumnKind::Text => Values::Text(column.as_string::<i32>()),
                 ColumnKind::Int64 => Values::Int64(column.as_primitive::<Int64Type>()),
                 ColumnKind::Int32 => Values::Int32(column.as_primitive::<Int32Type>()),
-                ColumnKind::Timestamp => Values::Timestamp(column.as_primitive::<TimestampMicrosecondType>()),
+                ColumnKind::Timestamp => {
+                    Values::Timestamp(column.as_primitive::<TimestampMicrosecondType>())
+                }
             }
         })
         .collect()
@@ -222,13 +267,27 @@ macro_rules! insert_rows {
     }};
 }
 
-async fn insert(conn: &mut Conn, name: &str, table: Table, batches: &[RecordBatch], options: &LoadOptions) -> Result<u64, sqlx::Error> {
+async fn insert(
+    conn: &mut Conn,
+    name: &str,
+    table: Table,
+    batches: &[RecordBatch],
+    options: &LoadOptions,
+) -> Result<u64, sqlx::Error> {
     let per = options.rows_per_insert.max(1);
     let offset = options.utc_offset_secs;
     Ok(match conn {
-        Conn::MySql(c) => insert_rows!(c, sqlx::MySql, name, table, batches, per, |m| source::naive(m, offset)),
-        Conn::Postgres(c) => insert_rows!(c, sqlx::Postgres, name, table, batches, per, source::utc),
-        Conn::Sqlite(c) => insert_rows!(c, sqlx::Sqlite, name, table, batches, per, |m| source::sqlite_text(source::naive(m, offset))),
+        Conn::MySql(c) => {
+            insert_rows!(c, sqlx::MySql, name, table, batches, per, |m| source::naive(m, offset))
+        }
+        Conn::Postgres(c) => {
+            insert_rows!(c, sqlx::Postgres, name, table, batches, per, source::utc)
+        }
+        Conn::Sqlite(c) => {
+            insert_rows!(c, sqlx::Sqlite, name, table, batches, per, |m| source::sqlite_text(
+                source::naive(m, offset)
+            ))
+        }
     })
 }
 

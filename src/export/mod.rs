@@ -33,7 +33,9 @@ use tokio::task::JoinSet;
 
 use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
 use crate::error::{Error, Result};
-use crate::snapshot::{ColumnKind, FileEntry, SnapshotManifest, SnapshotWriter, Table, TableWriter};
+use crate::snapshot::{
+    ColumnKind, FileEntry, SnapshotManifest, SnapshotWriter, Table, TableWriter,
+};
 use crate::storage::Location;
 use crate::time::Micros;
 pub use progress::{Progress, ProgressMode};
@@ -92,7 +94,9 @@ pub async fn export(plan: &ExportPlan, progress: &Progress) -> Result<ExportRepo
         let mut session = Session::open(&group, settings).await?;
         for &(index, source) in &group {
             let binds = Binds { lower, cut, offset_secs: source.utc_offset_secs };
-            let table_writer = writer.table(source.table, file_stem(&plan.job, source)).with_rows_per_file(settings.rows_per_file);
+            let table_writer = writer
+                .table(source.table, file_stem(&plan.job, source))
+                .with_rows_per_file(settings.rows_per_file);
             match session.export_source(source, table_writer, binds, settings, progress).await {
                 Ok((files, report)) => {
                     writer.add(source.table, files);
@@ -109,7 +113,13 @@ pub async fn export(plan: &ExportPlan, progress: &Progress) -> Result<ExportRepo
     let manifest = writer.finish().await?;
     let sources: Vec<SourceReport> = reports.into_values().collect();
     let rows = sources.iter().map(|s| s.rows).sum();
-    Ok(ExportReport { location: plan.out.display(""), manifest, sources, rows, elapsed: started.elapsed() })
+    Ok(ExportReport {
+        location: plan.out.display(""),
+        manifest,
+        sources,
+        rows,
+        elapsed: started.elapsed(),
+    })
 }
 
 /// Receipts always live in `receipts/<name>/`; ledger and history files are prefixed with
@@ -126,7 +136,10 @@ fn group_by_database(sources: &[SourceConfig]) -> Vec<Group<'_>> {
     let mut groups: Vec<Group<'_>> = Vec::new();
     for (index, source) in sources.iter().enumerate() {
         let same = |s: &SourceConfig| {
-            s.driver == source.driver && s.url == source.url && s.password_env == source.password_env && s.utc_offset_secs == source.utc_offset_secs
+            s.driver == source.driver
+                && s.url == source.url
+                && s.password_env == source.password_env
+                && s.utc_offset_secs == source.utc_offset_secs
         };
         match groups.iter_mut().find(|g| same(g[0].1)) {
             Some(group) => group.push((index, source)),
@@ -137,7 +150,11 @@ fn group_by_database(sources: &[SourceConfig]) -> Vec<Group<'_>> {
 }
 
 fn source_error(source: &SourceConfig, target: &Target, message: impl std::fmt::Display) -> Error {
-    Error::Source { source_name: source.name.clone(), table: source.table.name().to_string(), message: target.scrub(&message.to_string()) }
+    Error::Source {
+        source_name: source.name.clone(),
+        table: source.table.name().to_string(),
+        message: target.scrub(&message.to_string()),
+    }
 }
 
 /// The connections to one database, each inside the read transaction.
@@ -150,20 +167,28 @@ impl Session {
     async fn open(group: &Group<'_>, settings: &ExportSettings) -> Result<Session> {
         let first = group[0].1;
         let password = match &first.password_env {
-            Some(var) => Some(std::env::var(var).map_err(|_| {
-                Error::Source {
-                    source_name: first.name.clone(),
-                    table: first.table.name().to_string(),
-                    message: format!("environment variable {var} (password_env) is not set"),
-                }
+            Some(var) => Some(std::env::var(var).map_err(|_| Error::Source {
+                source_name: first.name.clone(),
+                table: first.table.name().to_string(),
+                message: format!("environment variable {var} (password_env) is not set"),
             })?),
             None => None,
         };
-        let target = Target { driver: first.driver, url: first.url.clone(), password, offset_secs: first.utc_offset_secs, read_only: true };
+        let target = Target {
+            driver: first.driver,
+            url: first.url.clone(),
+            password,
+            offset_secs: first.utc_offset_secs,
+            read_only: true,
+        };
         let wanted = if first.driver == Driver::Sqlite { 1 } else { settings.connections };
         let mut conns = Vec::with_capacity(wanted);
         for _ in 0..wanted {
-            conns.push(source::connect(&target, settings.connect_timeout).await.map_err(|m| source_error(first, &target, m))?);
+            conns.push(
+                source::connect(&target, settings.connect_timeout)
+                    .await
+                    .map_err(|m| source_error(first, &target, m))?,
+            );
         }
         let mut session = Session { conns, target };
         if let Err(message) = session.begin().await {
@@ -180,7 +205,9 @@ impl Session {
         let Some((leader, workers)) = self.conns.split_first_mut() else { return Ok(()) };
         if driver == Driver::MySql {
             // Every connection's snapshot is started before any of them reads.
-            let [set_level, start] = dialect::begin_leader(driver) else { return Err("internal: MySQL begin".into()) };
+            let [set_level, start] = dialect::begin_leader(driver) else {
+                return Err("internal: MySQL begin".into());
+            };
             for conn in std::iter::once(&mut *leader).chain(workers.iter_mut()) {
                 conn.execute(set_level).await.map_err(fail)?;
             }
@@ -226,11 +253,18 @@ impl Session {
         let fail = |m: String| source_error(source, &target, m);
         let wrapped = dialect::wrap(source.driver, &source.query);
         let leader = self.conns.first_mut().ok_or_else(|| fail("no open connection".into()))?;
-        let described = leader.columns(&wrapped.data).await.map_err(|e| fail(format!("the query fails: {e}")))?;
+        let described = leader
+            .columns(&wrapped.data)
+            .await
+            .map_err(|e| fail(format!("the query fails: {e}")))?;
         let columns = match_columns(source.table, &described).map_err(fail)?;
-        let (count, keyed, min, max) = leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(plan_error(&e)))?;
+        let (count, keyed, min, max) =
+            leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(plan_error(&e)))?;
         if count != keyed {
-            return Err(fail(format!("column order_id is NULL in {} rows; the contract says it must not be", count - keyed)));
+            return Err(fail(format!(
+                "column order_id is NULL in {} rows; the contract says it must not be",
+                count - keyed
+            )));
         }
         let chunks = split(min, max, count, settings.chunk_rows);
         let job = Arc::new(ChunkJob {
@@ -246,9 +280,14 @@ impl Session {
             chunks: chunks.len(),
         });
         let mut table_progress = progress.table(&source.label());
-        let (files, rows) = self.read_chunks(job, &chunks, table_writer, &mut table_progress).await.map_err(fail)?;
+        let (files, rows) = self
+            .read_chunks(job, &chunks, table_writer, &mut table_progress)
+            .await
+            .map_err(fail)?;
         if rows != count as u64 && job_shares_snapshot(source.driver) {
-            return Err(fail(format!("wrote {rows} rows but the query counted {count} in the same snapshot")));
+            return Err(fail(format!(
+                "wrote {rows} rows but the query counted {count} in the same snapshot"
+            )));
         }
         let elapsed = table_progress.finish(chunks.len());
         Ok((files, SourceReport { label: source.label(), rows, chunks: chunks.len(), elapsed }))
@@ -285,7 +324,8 @@ impl Session {
         }
         let mut returned: Vec<Option<Conn>> = (0..workers).map(|_| None).collect();
         while let Some(joined) = set.join_next().await {
-            let (w, conn, result) = joined.map_err(|e| format!("internal: a chunk reader stopped: {e}"))?;
+            let (w, conn, result) =
+                joined.map_err(|e| format!("internal: a chunk reader stopped: {e}"))?;
             returned[w] = Some(conn);
             result?;
         }
@@ -322,7 +362,12 @@ struct Assignment {
 
 /// Reads its chunks in order; an error is sent on the failing chunk's channel (the writer
 /// reaches it in key order) and returned.
-async fn read_worker(w: usize, mut conn: Conn, job: Arc<ChunkJob>, chunks: Vec<Assignment>) -> (usize, Conn, Result<(), String>) {
+async fn read_worker(
+    w: usize,
+    mut conn: Conn,
+    job: Arc<ChunkJob>,
+    chunks: Vec<Assignment>,
+) -> (usize, Conn, Result<(), String>) {
     for chunk in chunks {
         let result = read_one(&mut conn, &job, &chunk).await;
         match result {
@@ -338,16 +383,29 @@ async fn read_worker(w: usize, mut conn: Conn, job: Arc<ChunkJob>, chunks: Vec<A
 }
 
 /// `Err(None)`: the writer stopped listening (it failed first and reports why).
-async fn read_one(conn: &mut Conn, job: &ChunkJob, chunk: &Assignment) -> Result<(), Option<String>> {
+async fn read_one(
+    conn: &mut Conn,
+    job: &ChunkJob,
+    chunk: &Assignment,
+) -> Result<(), Option<String>> {
     let (lo, hi) = chunk.range;
     let what = format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks);
     let expected = if job.verify {
-        let n = conn.count(&job.count_sql, job.binds, lo, hi).await.map_err(|e| Some(format!("counting {what}: {e}")))?;
+        let n = conn
+            .count(&job.count_sql, job.binds, lo, hi)
+            .await
+            .map_err(|e| Some(format!("counting {what}: {e}")))?;
         Some(n)
     } else {
         job.expected_single
     };
-    let read = ChunkRead { sql: &job.data_sql, columns: &job.columns, binds: job.binds, table: job.table, batch_rows: job.batch_rows };
+    let read = ChunkRead {
+        sql: &job.data_sql,
+        columns: &job.columns,
+        binds: job.binds,
+        table: job.table,
+        batch_rows: job.batch_rows,
+    };
     let rows = match conn.read(&read, lo, hi, &chunk.tx).await {
         Ok(rows) => rows,
         Err(ReadError::Closed) => return Err(None),
@@ -355,7 +413,9 @@ async fn read_one(conn: &mut Conn, job: &ChunkJob, chunk: &Assignment) -> Result
         Err(ReadError::Database(e)) => return Err(Some(database_error(&what, &e))),
     };
     match expected {
-        Some(n) if n != rows as i64 => Err(Some(format!("{what}: streamed {rows} rows but COUNT in the same transaction says {n}"))),
+        Some(n) if n != rows as i64 => Err(Some(format!(
+            "{what}: streamed {rows} rows but COUNT in the same transaction says {n}"
+        ))),
         _ => Ok(()),
     }
 }
@@ -363,7 +423,9 @@ async fn read_one(conn: &mut Conn, job: &ChunkJob, chunk: &Assignment) -> Result
 /// SQLite only knows value types row by row: a text `order_id` shows up in MIN/MAX.
 fn plan_error(e: &sqlx::Error) -> String {
     match e {
-        sqlx::Error::ColumnDecode { index, source } if index.contains('2') || index.contains('3') => {
+        sqlx::Error::ColumnDecode { index, source }
+            if index.contains('2') || index.contains('3') =>
+        {
             format!("column order_id holds values that are not integers ({source}); the contract needs Int64 (CAST it in the query)")
         }
         _ => format!("counting rows: {e}"),
@@ -372,7 +434,9 @@ fn plan_error(e: &sqlx::Error) -> String {
 
 fn database_error(what: &str, e: &sqlx::Error) -> String {
     match e {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => format!("reading {what}: connection lost: {e}"),
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => {
+            format!("reading {what}: connection lost: {e}")
+        }
         _ => format!("reading {what}: {e}"),
     }
 }
@@ -381,16 +445,30 @@ fn database_error(what: &str, e: &sqlx::Error) -> String {
 fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, String> {
     let mut reads = Vec::with_capacity(table.columns().len());
     for spec in table.columns() {
-        let found = described.iter().enumerate().find(|(_, c)| c.name.eq_ignore_ascii_case(spec.name));
+        let found =
+            described.iter().enumerate().find(|(_, c)| c.name.eq_ignore_ascii_case(spec.name));
         let Some((ordinal, column)) = found else {
             let names: Vec<&str> = described.iter().map(|c| c.name.as_str()).collect();
-            return Err(format!("the query returns no column '{}' (it returns: {}); alias your column AS {}", spec.name, names.join(", "), spec.name));
+            return Err(format!(
+                "the query returns no column '{}' (it returns: {}); alias your column AS {}",
+                spec.name,
+                names.join(", "),
+                spec.name
+            ));
         };
         let decoder = column.decoder(spec.kind).ok_or_else(|| {
-            format!("column {} has database type {}, expected {} (CAST it in the query)", spec.name, column.type_name, expected_type(spec.kind))
+            format!(
+                "column {} has database type {}, expected {} (CAST it in the query)",
+                spec.name,
+                column.type_name,
+                expected_type(spec.kind)
+            )
         })?;
         if decoder == Decoder::Null && !spec.nullable {
-            return Err(format!("column {} is always NULL (type NULL); the contract says it must not be NULL", spec.name));
+            return Err(format!(
+                "column {} is always NULL (type NULL); the contract says it must not be NULL",
+                spec.name
+            ));
         }
         reads.push(ColumnRead { ordinal, kind: spec.kind, decoder });
     }

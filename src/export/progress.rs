@@ -89,7 +89,12 @@ impl TableProgress<'_> {
     /// Counts `rows` more rows.
     pub fn add(&mut self, rows: u64) {
         self.rows += rows;
-        let line = format!("export {}: {} rows, {} rows/s", self.label, group(self.rows), group(self.rate()));
+        let line = format!(
+            "export {}: {} rows, {} rows/s",
+            self.label,
+            group(self.rows),
+            group(self.rate())
+        );
         self.progress.tick(&line);
     }
 

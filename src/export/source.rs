@@ -139,8 +139,14 @@ pub enum Decoder {
 pub async fn connect(target: &Target, timeout: Micros) -> Result<Conn, String> {
     let limit = std::time::Duration::from_micros(timeout.max(1) as u64);
     match tokio::time::timeout(limit, connect_inner(target)).await {
-        Ok(result) => result.map_err(|e| format!("cannot connect to {}: {}", target.url, target.scrub(&e.to_string()))),
-        Err(_) => Err(format!("cannot connect to {}: no answer within {}", target.url, crate::time::format_elapsed(limit))),
+        Ok(result) => result.map_err(|e| {
+            format!("cannot connect to {}: {}", target.url, target.scrub(&e.to_string()))
+        }),
+        Err(_) => Err(format!(
+            "cannot connect to {}: no answer within {}",
+            target.url,
+            crate::time::format_elapsed(limit)
+        )),
     }
 }
 
@@ -211,62 +217,153 @@ impl Conn {
     /// The result columns (name, type name, decoder per kind) of a statement, by preparing it.
     pub async fn columns(&mut self, sql: &str) -> Result<Vec<ResultColumn>, sqlx::Error> {
         Ok(match self {
-            Conn::MySql(c) => c.prepare(sql).await?.columns().iter().map(|col| ResultColumn::mysql(col.name(), col.type_info())).collect(),
-            Conn::Postgres(c) => c.prepare(sql).await?.columns().iter().map(|col| ResultColumn::postgres(col.name(), col.type_info())).collect(),
+            Conn::MySql(c) => c
+                .prepare(sql)
+                .await?
+                .columns()
+                .iter()
+                .map(|col| ResultColumn::mysql(col.name(), col.type_info()))
+                .collect(),
+            Conn::Postgres(c) => c
+                .prepare(sql)
+                .await?
+                .columns()
+                .iter()
+                .map(|col| ResultColumn::postgres(col.name(), col.type_info()))
+                .collect(),
             Conn::Sqlite(c) => c
                 .prepare(sql)
                 .await?
                 .columns()
                 .iter()
-                .map(|col| ResultColumn { name: col.name().to_string(), type_name: col.type_info().name().to_string(), decoders: [Some(Decoder::Dynamic); 4] })
+                .map(|col| ResultColumn {
+                    name: col.name().to_string(),
+                    type_name: col.type_info().name().to_string(),
+                    decoders: [Some(Decoder::Dynamic); 4],
+                })
                 .collect(),
         })
     }
 
     /// Runs the plan query: `(count, non-null order_ids, min, max)`.
-    pub async fn plan(&mut self, sql: &str, binds: Binds) -> Result<(i64, i64, Option<i64>, Option<i64>), sqlx::Error> {
+    pub async fn plan(
+        &mut self,
+        sql: &str,
+        binds: Binds,
+    ) -> Result<(i64, i64, Option<i64>, Option<i64>), sqlx::Error> {
         type Plan = (i64, i64, Option<i64>, Option<i64>);
-        let (lower_naive, cut_naive) = (naive(binds.lower, binds.offset_secs), naive(binds.cut, binds.offset_secs));
+        let (lower_naive, cut_naive) =
+            (naive(binds.lower, binds.offset_secs), naive(binds.cut, binds.offset_secs));
         match self {
-            Conn::MySql(c) => sqlx::query_as::<_, Plan>(sql).bind(lower_naive).bind(cut_naive).fetch_one(c).await,
-            Conn::Postgres(c) => sqlx::query_as::<_, Plan>(sql).bind(utc(binds.lower)).bind(utc(binds.cut)).fetch_one(c).await,
-            Conn::Sqlite(c) => sqlx::query_as::<_, Plan>(sql).bind(sqlite_text(lower_naive)).bind(sqlite_text(cut_naive)).fetch_one(c).await,
+            Conn::MySql(c) => {
+                sqlx::query_as::<_, Plan>(sql).bind(lower_naive).bind(cut_naive).fetch_one(c).await
+            }
+            Conn::Postgres(c) => {
+                sqlx::query_as::<_, Plan>(sql)
+                    .bind(utc(binds.lower))
+                    .bind(utc(binds.cut))
+                    .fetch_one(c)
+                    .await
+            }
+            Conn::Sqlite(c) => {
+                sqlx::query_as::<_, Plan>(sql)
+                    .bind(sqlite_text(lower_naive))
+                    .bind(sqlite_text(cut_naive))
+                    .fetch_one(c)
+                    .await
+            }
         }
     }
 
     /// Runs the count query of one range.
-    pub async fn count(&mut self, sql: &str, binds: Binds, lo: i64, hi: i64) -> Result<i64, sqlx::Error> {
-        let (lower_naive, cut_naive) = (naive(binds.lower, binds.offset_secs), naive(binds.cut, binds.offset_secs));
+    pub async fn count(
+        &mut self,
+        sql: &str,
+        binds: Binds,
+        lo: i64,
+        hi: i64,
+    ) -> Result<i64, sqlx::Error> {
+        let (lower_naive, cut_naive) =
+            (naive(binds.lower, binds.offset_secs), naive(binds.cut, binds.offset_secs));
         match self {
-            Conn::MySql(c) => sqlx::query_scalar(sql).bind(lower_naive).bind(cut_naive).bind(lo).bind(hi).fetch_one(c).await,
-            Conn::Postgres(c) => sqlx::query_scalar(sql).bind(utc(binds.lower)).bind(utc(binds.cut)).bind(lo).bind(hi).fetch_one(c).await,
+            Conn::MySql(c) => {
+                sqlx::query_scalar(sql)
+                    .bind(lower_naive)
+                    .bind(cut_naive)
+                    .bind(lo)
+                    .bind(hi)
+                    .fetch_one(c)
+                    .await
+            }
+            Conn::Postgres(c) => {
+                sqlx::query_scalar(sql)
+                    .bind(utc(binds.lower))
+                    .bind(utc(binds.cut))
+                    .bind(lo)
+                    .bind(hi)
+                    .fetch_one(c)
+                    .await
+            }
             Conn::Sqlite(c) => {
-                sqlx::query_scalar(sql).bind(sqlite_text(lower_naive)).bind(sqlite_text(cut_naive)).bind(lo).bind(hi).fetch_one(c).await
+                sqlx::query_scalar(sql)
+                    .bind(sqlite_text(lower_naive))
+                    .bind(sqlite_text(cut_naive))
+                    .bind(lo)
+                    .bind(hi)
+                    .fetch_one(c)
+                    .await
             }
         }
     }
 
     /// Streams the rows of one range into batches of `batch_rows`, sent on `tx`; returns the
     /// number of rows. `Err` is a scrubbed-later message (database error or bad value).
-    pub async fn read(&mut self, read: &ChunkRead<'_>, lo: i64, hi: i64, tx: &mpsc::Sender<Result<RecordBatch, String>>) -> Result<u64, ReadError> {
+    pub async fn read(
+        &mut self,
+        read: &ChunkRead<'_>,
+        lo: i64,
+        hi: i64,
+        tx: &mpsc::Sender<Result<RecordBatch, String>>,
+    ) -> Result<u64, ReadError> {
         let binds = read.binds;
-        let (lower_naive, cut_naive) = (naive(binds.lower, binds.offset_secs), naive(binds.cut, binds.offset_secs));
-        let mut sink = Sink { builder: BatchBuilder::new(read.table, read.batch_rows), batch_rows: read.batch_rows, tx, rows: 0 };
+        let (lower_naive, cut_naive) =
+            (naive(binds.lower, binds.offset_secs), naive(binds.cut, binds.offset_secs));
+        let mut sink = Sink {
+            builder: BatchBuilder::new(read.table, read.batch_rows),
+            batch_rows: read.batch_rows,
+            tx,
+            rows: 0,
+        };
         match self {
             Conn::MySql(c) => {
-                let mut rows = sqlx::query(read.sql).bind(lower_naive).bind(cut_naive).bind(lo).bind(hi).fetch(c);
+                let mut rows = sqlx::query(read.sql)
+                    .bind(lower_naive)
+                    .bind(cut_naive)
+                    .bind(lo)
+                    .bind(hi)
+                    .fetch(c);
                 while let Some(row) = rows.try_next().await.map_err(ReadError::Database)? {
                     sink.row(|b| mysql_row(&row, read.columns, binds.offset_secs, b)).await?;
                 }
             }
             Conn::Postgres(c) => {
-                let mut rows = sqlx::query(read.sql).bind(utc(binds.lower)).bind(utc(binds.cut)).bind(lo).bind(hi).fetch(c);
+                let mut rows = sqlx::query(read.sql)
+                    .bind(utc(binds.lower))
+                    .bind(utc(binds.cut))
+                    .bind(lo)
+                    .bind(hi)
+                    .fetch(c);
                 while let Some(row) = rows.try_next().await.map_err(ReadError::Database)? {
                     sink.row(|b| pg_row(&row, read.columns, binds.offset_secs, b)).await?;
                 }
             }
             Conn::Sqlite(c) => {
-                let mut rows = sqlx::query(read.sql).bind(sqlite_text(lower_naive)).bind(sqlite_text(cut_naive)).bind(lo).bind(hi).fetch(c);
+                let mut rows = sqlx::query(read.sql)
+                    .bind(sqlite_text(lower_naive))
+                    .bind(sqlite_text(cut_naive))
+                    .bind(lo)
+                    .bind(hi)
+                    .fetch(c);
                 while let Some(row) = rows.try_next().await.map_err(ReadError::Database)? {
                     sink.row(|b| sqlite_row(&row, read.columns, binds.offset_secs, b)).await?;
                 }
@@ -310,8 +407,12 @@ struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    async fn row(&mut self, fill: impl FnOnce(&mut BatchBuilder) -> Result<(), String>) -> Result<(), ReadError> {
-        fill(&mut self.builder).map_err(|m| ReadError::Value(format!("row {} of the chunk: {m}", self.rows + 1)))?;
+    async fn row(
+        &mut self,
+        fill: impl FnOnce(&mut BatchBuilder) -> Result<(), String>,
+    ) -> Result<(), ReadError> {
+        fill(&mut self.builder)
+            .map_err(|m| ReadError::Value(format!("row {} of the chunk: {m}", self.rows + 1)))?;
         self.builder.end_row();
         self.rows += 1;
         if self.builder.rows() >= self.batch_rows {
@@ -353,38 +454,75 @@ impl ResultColumn {
                 return Some(Decoder::Null);
             }
             match kind {
-                ColumnKind::Int64 | ColumnKind::Int32 if <i64 as Type<MySql>>::compatible(ty) => Some(Decoder::Int),
-                ColumnKind::Int64 | ColumnKind::Int32 if <u64 as Type<MySql>>::compatible(ty) => Some(Decoder::UnsignedInt),
+                ColumnKind::Int64 | ColumnKind::Int32 if <i64 as Type<MySql>>::compatible(ty) => {
+                    Some(Decoder::Int)
+                }
+                ColumnKind::Int64 | ColumnKind::Int32 if <u64 as Type<MySql>>::compatible(ty) => {
+                    Some(Decoder::UnsignedInt)
+                }
                 ColumnKind::Text if <String as Type<MySql>>::compatible(ty) => Some(Decoder::Text),
-                ColumnKind::Text if <Vec<u8> as Type<MySql>>::compatible(ty) && !is_mysql_blob_numeric(ty) => Some(Decoder::Bytes),
-                ColumnKind::Timestamp if <NaiveDateTime as Type<MySql>>::compatible(ty) => Some(Decoder::NaiveTimestamp),
+                ColumnKind::Text
+                    if <Vec<u8> as Type<MySql>>::compatible(ty) && !is_mysql_blob_numeric(ty) =>
+                {
+                    Some(Decoder::Bytes)
+                }
+                ColumnKind::Timestamp if <NaiveDateTime as Type<MySql>>::compatible(ty) => {
+                    Some(Decoder::NaiveTimestamp)
+                }
                 _ => None,
             }
         };
-        ResultColumn { name: name.to_string(), type_name: ty.name().to_string(), decoders: all_kinds(pick) }
+        ResultColumn {
+            name: name.to_string(),
+            type_name: ty.name().to_string(),
+            decoders: all_kinds(pick),
+        }
     }
 
     fn postgres(name: &str, ty: &PgTypeInfo) -> Self {
         let pick = |kind: ColumnKind| -> Option<Decoder> {
             match kind {
                 ColumnKind::Int64 | ColumnKind::Int32
-                    if <i64 as Type<Postgres>>::compatible(ty) || <i32 as Type<Postgres>>::compatible(ty) || <i16 as Type<Postgres>>::compatible(ty) =>
+                    if <i64 as Type<Postgres>>::compatible(ty)
+                        || <i32 as Type<Postgres>>::compatible(ty)
+                        || <i16 as Type<Postgres>>::compatible(ty) =>
                 {
                     Some(Decoder::Int)
                 }
-                ColumnKind::Text if <String as Type<Postgres>>::compatible(ty) => Some(Decoder::Text),
-                ColumnKind::Timestamp if <DateTime<Utc> as Type<Postgres>>::compatible(ty) => Some(Decoder::UtcTimestamp),
-                ColumnKind::Timestamp if <NaiveDateTime as Type<Postgres>>::compatible(ty) => Some(Decoder::NaiveTimestamp),
+                ColumnKind::Text if <String as Type<Postgres>>::compatible(ty) => {
+                    Some(Decoder::Text)
+                }
+                ColumnKind::Timestamp if <DateTime<Utc> as Type<Postgres>>::compatible(ty) => {
+                    Some(Decoder::UtcTimestamp)
+                }
+                ColumnKind::Timestamp if <NaiveDateTime as Type<Postgres>>::compatible(ty) => {
+                    Some(Decoder::NaiveTimestamp)
+                }
                 _ => None,
             }
         };
-        ResultColumn { name: name.to_string(), type_name: ty.name().to_string(), decoders: all_kinds(pick) }
+        ResultColumn {
+            name: name.to_string(),
+            type_name: ty.name().to_string(),
+            decoders: all_kinds(pick),
+        }
     }
 }
 
 fn is_mysql_blob_numeric(ty: &MySqlTypeInfo) -> bool {
     // BIT and the like also decode as bytes; only string types may be read as text.
-    !matches!(ty.name(), "BINARY" | "VARBINARY" | "BLOB" | "TINYBLOB" | "MEDIUMBLOB" | "LONGBLOB" | "CHAR" | "VARCHAR" | "TEXT")
+    !matches!(
+        ty.name(),
+        "BINARY"
+            | "VARBINARY"
+            | "BLOB"
+            | "TINYBLOB"
+            | "MEDIUMBLOB"
+            | "LONGBLOB"
+            | "CHAR"
+            | "VARCHAR"
+            | "TEXT"
+    )
 }
 
 fn kind_index(kind: ColumnKind) -> usize {
@@ -397,63 +535,108 @@ fn kind_index(kind: ColumnKind) -> usize {
 }
 
 fn all_kinds(pick: impl Fn(ColumnKind) -> Option<Decoder>) -> [Option<Decoder>; 4] {
-    [pick(ColumnKind::Text), pick(ColumnKind::Int64), pick(ColumnKind::Int32), pick(ColumnKind::Timestamp)]
+    [
+        pick(ColumnKind::Text),
+        pick(ColumnKind::Int64),
+        pick(ColumnKind::Int32),
+        pick(ColumnKind::Timestamp),
+    ]
 }
 
-fn mysql_row(row: &MySqlRow, columns: &[ColumnRead], offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
+fn mysql_row(
+    row: &MySqlRow,
+    columns: &[ColumnRead],
+    offset: i32,
+    b: &mut BatchBuilder,
+) -> Result<(), String> {
     for (index, col) in columns.iter().enumerate() {
         mysql_value(row, col, index, offset, b).map_err(|m| with_column(b, index, m))?;
     }
     Ok(())
 }
 
-fn mysql_value(row: &MySqlRow, col: &ColumnRead, index: usize, offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
+fn mysql_value(
+    row: &MySqlRow,
+    col: &ColumnRead,
+    index: usize,
+    offset: i32,
+    b: &mut BatchBuilder,
+) -> Result<(), String> {
     let named = |e: sqlx::Error| e.to_string();
     {
         match col.decoder {
             Decoder::Null => push_null(b, index, col.kind),
-            Decoder::Int => b.push_int(index, row.try_get::<Option<i64>, _>(col.ordinal).map_err(named)?),
+            Decoder::Int => {
+                b.push_int(index, row.try_get::<Option<i64>, _>(col.ordinal).map_err(named)?)
+            }
             Decoder::UnsignedInt => {
                 let v = row.try_get::<Option<u64>, _>(col.ordinal).map_err(named)?;
-                let v = v.map(|u| i64::try_from(u).map_err(|_| format!("value {u} does not fit Int64"))).transpose()?;
+                let v = v
+                    .map(|u| i64::try_from(u).map_err(|_| format!("value {u} does not fit Int64")))
+                    .transpose()?;
                 b.push_int(index, v)
             }
-            Decoder::Text => b.push_text(index, row.try_get::<Option<&str>, _>(col.ordinal).map_err(named)?),
+            Decoder::Text => {
+                b.push_text(index, row.try_get::<Option<&str>, _>(col.ordinal).map_err(named)?)
+            }
             Decoder::Bytes => {
                 let v = row.try_get::<Option<&[u8]>, _>(col.ordinal).map_err(named)?;
-                let v = v.map(|bytes| std::str::from_utf8(bytes).map_err(|_| "is not valid UTF-8".to_string())).transpose()?;
+                let v = v
+                    .map(|bytes| {
+                        std::str::from_utf8(bytes).map_err(|_| "is not valid UTF-8".to_string())
+                    })
+                    .transpose()?;
                 b.push_text(index, v)
             }
             Decoder::NaiveTimestamp => {
                 let v = row.try_get::<Option<NaiveDateTime>, _>(col.ordinal).map_err(named)?;
                 b.push_timestamp(index, v.map(|t| from_naive(t, offset)))
             }
-            Decoder::UtcTimestamp | Decoder::Dynamic => Err("internal: unexpected decoder for MySQL".into()),
+            Decoder::UtcTimestamp | Decoder::Dynamic => {
+                Err("internal: unexpected decoder for MySQL".into())
+            }
         }
     }
 }
 
-fn pg_row(row: &PgRow, columns: &[ColumnRead], offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
+fn pg_row(
+    row: &PgRow,
+    columns: &[ColumnRead],
+    offset: i32,
+    b: &mut BatchBuilder,
+) -> Result<(), String> {
     for (index, col) in columns.iter().enumerate() {
         pg_value(row, col, index, offset, b).map_err(|m| with_column(b, index, m))?;
     }
     Ok(())
 }
 
-fn pg_value(row: &PgRow, col: &ColumnRead, index: usize, offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
+fn pg_value(
+    row: &PgRow,
+    col: &ColumnRead,
+    index: usize,
+    offset: i32,
+    b: &mut BatchBuilder,
+) -> Result<(), String> {
     let named = |e: sqlx::Error| e.to_string();
     {
         match col.decoder {
             Decoder::Int => {
                 let ty = row.columns()[col.ordinal].type_info().name();
                 let v = match ty {
-                    "INT2" => row.try_get::<Option<i16>, _>(col.ordinal).map_err(named)?.map(i64::from),
-                    "INT4" => row.try_get::<Option<i32>, _>(col.ordinal).map_err(named)?.map(i64::from),
+                    "INT2" => {
+                        row.try_get::<Option<i16>, _>(col.ordinal).map_err(named)?.map(i64::from)
+                    }
+                    "INT4" => {
+                        row.try_get::<Option<i32>, _>(col.ordinal).map_err(named)?.map(i64::from)
+                    }
                     _ => row.try_get::<Option<i64>, _>(col.ordinal).map_err(named)?,
                 };
                 b.push_int(index, v)
             }
-            Decoder::Text => b.push_text(index, row.try_get::<Option<&str>, _>(col.ordinal).map_err(named)?),
+            Decoder::Text => {
+                b.push_text(index, row.try_get::<Option<&str>, _>(col.ordinal).map_err(named)?)
+            }
             Decoder::UtcTimestamp => {
                 let v = row.try_get::<Option<DateTime<Utc>>, _>(col.ordinal).map_err(named)?;
                 b.push_timestamp(index, v.map(|t| t.timestamp_micros()))
@@ -463,19 +646,32 @@ fn pg_value(row: &PgRow, col: &ColumnRead, index: usize, offset: i32, b: &mut Ba
                 b.push_timestamp(index, v.map(|t| from_naive(t, offset)))
             }
             Decoder::Null => push_null(b, index, col.kind),
-            Decoder::UnsignedInt | Decoder::Bytes | Decoder::Dynamic => Err("internal: unexpected decoder for Postgres".into()),
+            Decoder::UnsignedInt | Decoder::Bytes | Decoder::Dynamic => {
+                Err("internal: unexpected decoder for Postgres".into())
+            }
         }
     }
 }
 
-fn sqlite_row(row: &SqliteRow, columns: &[ColumnRead], offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
+fn sqlite_row(
+    row: &SqliteRow,
+    columns: &[ColumnRead],
+    offset: i32,
+    b: &mut BatchBuilder,
+) -> Result<(), String> {
     for (index, col) in columns.iter().enumerate() {
         sqlite_value(row, col, index, offset, b).map_err(|m| with_column(b, index, m))?;
     }
     Ok(())
 }
 
-fn sqlite_value(row: &SqliteRow, col: &ColumnRead, index: usize, offset: i32, b: &mut BatchBuilder) -> Result<(), String> {
+fn sqlite_value(
+    row: &SqliteRow,
+    col: &ColumnRead,
+    index: usize,
+    offset: i32,
+    b: &mut BatchBuilder,
+) -> Result<(), String> {
     let raw = row.try_get_raw(col.ordinal).map_err(|e| e.to_string())?;
     if raw.is_null() {
         return push_null(b, index, col.kind);
@@ -489,12 +685,15 @@ fn sqlite_value(row: &SqliteRow, col: &ColumnRead, index: usize, offset: i32, b:
             b.push_int(index, Some(<i64 as Decode<Sqlite>>::decode(raw).map_err(decode_err)?))
         }
         (ColumnKind::Int64 | ColumnKind::Int32, _) => Err(wrong("an integer")),
-        (ColumnKind::Text, "TEXT") => b.push_text(index, Some(<&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?)),
+        (ColumnKind::Text, "TEXT") => {
+            b.push_text(index, Some(<&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?))
+        }
         (ColumnKind::Text, _) => Err(wrong("text")),
         (ColumnKind::Timestamp, "TEXT" | "DATETIME" | "DATE" | "TIME") => {
             let text = <&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?;
-            let micros = parse_sqlite_timestamp(text, offset)
-                .ok_or_else(|| format!("'{text}' is not a timestamp (use YYYY-MM-DD HH:MM:SS[.ffffff][±HH:MM])"))?;
+            let micros = parse_sqlite_timestamp(text, offset).ok_or_else(|| {
+                format!("'{text}' is not a timestamp (use YYYY-MM-DD HH:MM:SS[.ffffff][±HH:MM])")
+            })?;
             b.push_timestamp(index, Some(micros))
         }
         (ColumnKind::Timestamp, _) => Err(wrong("a timestamp as text")),
@@ -519,13 +718,16 @@ pub fn parse_sqlite_timestamp(text: &str, offset: i32) -> Option<Micros> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Some(t.timestamp_micros());
     }
-    for format in ["%Y-%m-%d %H:%M:%S%.f%:z", "%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"] {
+    for format in ["%Y-%m-%d %H:%M:%S%.f%:z", "%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z"]
+    {
         if let Ok(t) = DateTime::parse_from_str(text, format) {
             return Some(t.timestamp_micros());
         }
     }
     let zoneless = text.strip_suffix('Z').map(|t| (t, 0)).unwrap_or((text, offset));
-    for format in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M"] {
+    for format in
+        ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M"]
+    {
         if let Ok(t) = NaiveDateTime::parse_from_str(zoneless.0, format) {
             return Some(from_naive(t, zoneless.1));
         }
@@ -563,7 +765,10 @@ mod tests {
     fn passwords_are_scrubbed() {
         let s = scrub("failed mysql://u:p%40ss@h/db with p@ss", Some("p@ss"));
         assert!(!s.contains("p@ss") && !s.contains("p%40ss"), "{s}");
-        assert_eq!(scrub_userinfo("x postgres://u:secret@h:5432/db y"), "x postgres://u:***@h:5432/db y");
+        assert_eq!(
+            scrub_userinfo("x postgres://u:secret@h:5432/db y"),
+            "x postgres://u:***@h:5432/db y"
+        );
         assert_eq!(scrub_userinfo("sqlite:///tmp/a.db"), "sqlite:///tmp/a.db");
     }
 

@@ -4,7 +4,9 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder};
+use datafusion::arrow::array::{
+    ArrayRef, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::world::{OrderRows, Provider, TOPIC};
@@ -16,7 +18,10 @@ fn timestamps() -> TimestampMicrosecondBuilder {
 }
 
 fn batch(table: Table, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
-    RecordBatch::try_new(table.schema(), columns).map_err(|e| Error::Output { location: table.name().into(), message: format!("building a batch: {e}") })
+    RecordBatch::try_new(table.schema(), columns).map_err(|e| Error::Output {
+        location: table.name().into(),
+        message: format!("building a batch: {e}"),
+    })
 }
 
 /// `ledger` rows of a block of orders.
@@ -100,7 +105,11 @@ pub struct HistoryColumns {
 
 impl Default for HistoryColumns {
     fn default() -> Self {
-        HistoryColumns { order_id: Int64Builder::new(), status: StringBuilder::new(), changed_at: timestamps() }
+        HistoryColumns {
+            order_id: Int64Builder::new(),
+            status: StringBuilder::new(),
+            changed_at: timestamps(),
+        }
     }
 }
 
@@ -116,7 +125,11 @@ impl HistoryColumns {
 
     /// The rows as a batch; the builders start over.
     pub fn finish(&mut self) -> Result<RecordBatch> {
-        let columns: Vec<ArrayRef> = vec![Arc::new(self.order_id.finish()), Arc::new(self.status.finish()), Arc::new(self.changed_at.finish())];
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.order_id.finish()),
+            Arc::new(self.status.finish()),
+            Arc::new(self.changed_at.finish()),
+        ];
         batch(Table::StatusHistory, columns)
     }
 }
@@ -149,7 +162,8 @@ impl ReceiptColumns {
     /// Appends an order's receipts of this provider.
     pub fn push(&mut self, order: &OrderRows) {
         for r in order.receipts.iter().filter(|r| r.provider == self.provider) {
-            let _ = write!(self.receipt_id, "{}-{}-{}", self.provider.source(), order.order_id, r.seq);
+            let _ =
+                write!(self.receipt_id, "{}-{}-{}", self.provider.source(), order.order_id, r.seq);
             self.receipt_id.append_value("");
             self.order_id.append_value(order.order_id);
             self.effect.append_value(self.provider.effect());

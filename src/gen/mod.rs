@@ -133,7 +133,10 @@ impl FaultRates {
     pub fn validate(&self) -> Result<()> {
         for (fault, rate) in self.by_fault() {
             if !(0.0..=1.0).contains(&rate) {
-                return Err(Error::argument("fault rate", format!("{} rate {rate} is not in [0, 1]", fault.name())));
+                return Err(Error::argument(
+                    "fault rate",
+                    format!("{} rate {rate} is not in [0, 1]", fault.name()),
+                ));
             }
         }
         let total: f64 = self.by_fault().iter().map(|(_, r)| r).sum();
@@ -171,13 +174,26 @@ impl GenPlan {
     /// A plan with the defaults: 24 partitions, 8 consumers, seed 42, the default cut and rates.
     pub fn new(out: Location, orders: u64) -> Result<Self> {
         let cut = parse_instant(DEFAULT_CUT).map_err(|e| Error::argument("--cut", e))?;
-        Ok(GenPlan { out, orders, partitions: 24, consumers: 8, seed: 42, cut, rates: FaultRates::default(), incident: false, replace: false })
+        Ok(GenPlan {
+            out,
+            orders,
+            partitions: 24,
+            consumers: 8,
+            seed: 42,
+            cut,
+            rates: FaultRates::default(),
+            incident: false,
+            replace: false,
+        })
     }
 
     /// Checks the numbers before any work starts.
     pub fn validate(&self) -> Result<()> {
         if self.orders == 0 || self.orders > i64::MAX as u64 / 2 {
-            return Err(Error::argument("--orders", format!("{} is not a usable number of orders", self.orders)));
+            return Err(Error::argument(
+                "--orders",
+                format!("{} is not a usable number of orders", self.orders),
+            ));
         }
         if self.partitions == 0 || self.partitions > 100_000 {
             return Err(Error::argument("--partitions", "must be between 1 and 100000"));
@@ -195,13 +211,23 @@ impl GenPlan {
 
     /// The simulated world of this plan under `rules` (their graces place edge faults).
     pub fn world(&self, rules: &RuleSet) -> World {
-        let grace = Provider::ALL.map(|p| rules.for_effect(p.effect()).map_or(30 * 60_000_000, |r| r.grace_micros));
-        World::new(self.seed, self.partitions, self.consumers, self.cut, self.rates, self.incident, grace)
+        let grace = Provider::ALL
+            .map(|p| rules.for_effect(p.effect()).map_or(30 * 60_000_000, |r| r.grace_micros));
+        World::new(
+            self.seed,
+            self.partitions,
+            self.consumers,
+            self.cut,
+            self.rates,
+            self.incident,
+            grace,
+        )
     }
 
     /// The order ids, ascending: `1..=orders`, plus 8821 for the incident when beyond them.
     pub fn order_ids(&self) -> impl Iterator<Item = i64> {
-        let extra = (self.incident && (self.orders as i64) < INCIDENT_ORDER).then_some(INCIDENT_ORDER);
+        let extra =
+            (self.incident && (self.orders as i64) < INCIDENT_ORDER).then_some(INCIDENT_ORDER);
         (1..=self.orders as i64).chain(extra)
     }
 }
@@ -234,18 +260,39 @@ pub struct GenReport {
 impl GenReport {
     /// A short report for the terminal.
     pub fn render(&self) -> String {
-        let mut out = format!("generated {} orders into {} in {}\n", self.orders, self.location, crate::time::format_elapsed(self.elapsed));
+        let mut out = format!(
+            "generated {} orders into {} in {}\n",
+            self.orders,
+            self.location,
+            crate::time::format_elapsed(self.elapsed)
+        );
         if let Some(window) = self.window {
-            out.push_str(&format!("cut {}, truth window ({}, {}]\n", format_instant(window.cut), format_instant(window.since), format_instant(window.cut)));
+            out.push_str(&format!(
+                "cut {}, truth window ({}, {}]\n",
+                format_instant(window.cut),
+                format_instant(window.since),
+                format_instant(window.cut)
+            ));
         }
         let rows: Vec<String> = self.rows.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push_str(&format!("rows: {} ({} files)\n", rows.join(", "), self.files));
         let faults: Vec<String> = self.faults.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        out.push_str(&format!("planted faults: {}\n", if faults.is_empty() { "none".into() } else { faults.join(", ") }));
-        let findings: Vec<String> = self.findings.iter().map(|((c, v), n)| format!("{c}/{v} {n}")).collect();
-        out.push_str(&format!("expected findings: {}\n", if findings.is_empty() { "none".into() } else { findings.join(", ") }));
-        let skips: Vec<String> = self.skip_verdicts.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        out.push_str(&format!("expected skip verdicts: {}\n", if skips.is_empty() { "none".into() } else { skips.join(", ") }));
+        out.push_str(&format!(
+            "planted faults: {}\n",
+            if faults.is_empty() { "none".into() } else { faults.join(", ") }
+        ));
+        let findings: Vec<String> =
+            self.findings.iter().map(|((c, v), n)| format!("{c}/{v} {n}")).collect();
+        out.push_str(&format!(
+            "expected findings: {}\n",
+            if findings.is_empty() { "none".into() } else { findings.join(", ") }
+        ));
+        let skips: Vec<String> =
+            self.skip_verdicts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "expected skip verdicts: {}\n",
+            if skips.is_empty() { "none".into() } else { skips.join(", ") }
+        ));
         out.push_str(&format!("truth: {}\n", self.truth));
         out
     }
@@ -263,12 +310,24 @@ struct Sink {
 impl Sink {
     fn open(snapshot: &SnapshotWriter, plan: &GenPlan, rules: &RuleSet) -> Result<Self> {
         let truth_schema = truth::schema_for(plan.window(), rules);
-        let truth_writer = ArrowWriter::try_new(Vec::new(), std::sync::Arc::clone(&truth_schema), Some(writer_properties()))
-            .map_err(|e| Error::Output { location: plan.out.display(TRUTH_FILE), message: e.to_string() })?;
+        let truth_writer = ArrowWriter::try_new(
+            Vec::new(),
+            std::sync::Arc::clone(&truth_schema),
+            Some(writer_properties()),
+        )
+        .map_err(|e| Error::Output {
+            location: plan.out.display(TRUTH_FILE),
+            message: e.to_string(),
+        })?;
         Ok(Sink {
             ledger: (LedgerColumns::default(), snapshot.table(Table::Ledger, None)),
             history: (HistoryColumns::default(), snapshot.table(Table::StatusHistory, None)),
-            receipts: Provider::ALL.iter().map(|&p| (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source())))).collect(),
+            receipts: Provider::ALL
+                .iter()
+                .map(|&p| {
+                    (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source())))
+                })
+                .collect(),
             truth: (TruthColumns::default(), truth_writer),
             truth_schema,
         })
@@ -289,7 +348,10 @@ impl Sink {
             writer.write(&columns.finish()?).await?;
         }
         let batch = self.truth.0.finish(&self.truth_schema)?;
-        self.truth.1.write(&batch).map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+        self.truth
+            .1
+            .write(&batch)
+            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
     }
 
     /// Closes every table into `snapshot` and returns the truth file's bytes.
@@ -299,7 +361,10 @@ impl Sink {
         for (_, writer) in self.receipts {
             snapshot.add(Table::Receipts, writer.finish().await?);
         }
-        self.truth.1.into_inner().map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+        self.truth
+            .1
+            .into_inner()
+            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
     }
 }
 
@@ -315,7 +380,12 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
     let mut snapshot = SnapshotWriter::create(&plan.out, plan.cut, CREATED_BY).await?;
     let mut sink = Sink::open(&snapshot, plan, &rules)?;
     let mut judge = Judge::new(&rules, plan.window());
-    let mut report = GenReport { location: plan.out.display(""), truth: plan.out.display(TRUTH_FILE), window: Some(plan.window()), ..Default::default() };
+    let mut report = GenReport {
+        location: plan.out.display(""),
+        truth: plan.out.display(TRUTH_FILE),
+        window: Some(plan.window()),
+        ..Default::default()
+    };
     let mut offsets = vec![0i64; world.partitions() as usize];
     let mut order = OrderRows::default();
     let mut truth_rows = Vec::new();
@@ -335,7 +405,11 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
     let manifest = snapshot.finish().await?;
     for (table, files) in &manifest.tables {
         for file in &files.files {
-            let key = if table == Table::Receipts.name() { file.path.rsplitn(2, '/').nth(1).unwrap_or(table).to_string() } else { table.clone() };
+            let key = if table == Table::Receipts.name() {
+                file.path.rsplitn(2, '/').nth(1).unwrap_or(table).to_string()
+            } else {
+                table.clone()
+            };
             *report.rows.entry(key).or_default() += file.rows;
             report.files += 1;
         }
@@ -351,7 +425,10 @@ fn count(report: &mut GenReport, order: &OrderRows, truth: &[TruthRow<'_>]) {
     }
     for row in truth {
         if row.kind == FINDING {
-            *report.findings.entry((row.class.unwrap_or_default().to_string(), row.verdict.to_string())).or_default() += 1;
+            *report
+                .findings
+                .entry((row.class.unwrap_or_default().to_string(), row.verdict.to_string()))
+                .or_default() += 1;
         } else {
             *report.skip_verdicts.entry(row.verdict.to_string()).or_default() += 1;
         }
@@ -363,7 +440,8 @@ mod tests {
     use super::*;
 
     fn plan(rates: FaultRates, incident: bool) -> GenPlan {
-        let mut plan = GenPlan::new(Location::parse("/tmp/unused-gen-plan").unwrap(), 6000).unwrap();
+        let mut plan =
+            GenPlan::new(Location::parse("/tmp/unused-gen-plan").unwrap(), 6000).unwrap();
         plan.rates = rates;
         plan.incident = incident;
         plan
@@ -375,7 +453,8 @@ mod tests {
         let world = plan.world(&rules);
         let mut judge = Judge::new(&rules, plan.window());
         let mut offsets = vec![0; plan.partitions as usize];
-        let (mut order, mut rows, mut unmet, mut report) = (OrderRows::default(), Vec::new(), Vec::new(), GenReport::default());
+        let (mut order, mut rows, mut unmet, mut report) =
+            (OrderRows::default(), Vec::new(), Vec::new(), GenReport::default());
         for order_id in plan.order_ids() {
             world.simulate(order_id, &mut offsets, &mut order);
             rows.clear();
@@ -401,12 +480,32 @@ mod tests {
             edge: 0.08,
         };
         let (unmet, report) = simulate(&plan(heavy, true));
-        assert!(unmet.is_empty(), "{} unmet, first: {:#?}", unmet.len(), &unmet[..unmet.len().min(5)]);
-        for class in ["SKIPPED_BUT_DUE", "DONE_NO_RECEIPT", "REVIEW_STALLED", "NO_LEDGER_ENTRY", "DUPLICATE_EFFECT", "ORPHAN_EFFECT"] {
-            assert!(report.findings.keys().any(|(c, v)| c == class && v == "BREAK"), "no {class} BREAK in {:?}", report.findings);
+        assert!(
+            unmet.is_empty(),
+            "{} unmet, first: {:#?}",
+            unmet.len(),
+            &unmet[..unmet.len().min(5)]
+        );
+        for class in [
+            "SKIPPED_BUT_DUE",
+            "DONE_NO_RECEIPT",
+            "REVIEW_STALLED",
+            "NO_LEDGER_ENTRY",
+            "DUPLICATE_EFFECT",
+            "ORPHAN_EFFECT",
+        ] {
+            assert!(
+                report.findings.keys().any(|(c, v)| c == class && v == "BREAK"),
+                "no {class} BREAK in {:?}",
+                report.findings
+            );
         }
         for verdict in ["WRONG", "PENDING", "HARMLESS", "CORRECT"] {
-            assert!(report.skip_verdicts.contains_key(verdict), "no {verdict} skip in {:?}", report.skip_verdicts);
+            assert!(
+                report.skip_verdicts.contains_key(verdict),
+                "no {verdict} skip in {:?}",
+                report.skip_verdicts
+            );
         }
     }
 

@@ -111,14 +111,31 @@ impl<'a> Judge<'a> {
         }
         for (state, rule) in self.states.iter().zip(&rules.rules) {
             if let Some((class, verdict)) = finding(order, rule, state, self.window) {
-                out.push(TruthRow { kind: FINDING, effect: Some(&rule.effect), order_id: order.order_id, class: Some(class), verdict, msg_id: None });
+                out.push(TruthRow {
+                    kind: FINDING,
+                    effect: Some(&rule.effect),
+                    order_id: order.order_id,
+                    class: Some(class),
+                    verdict,
+                    msg_id: None,
+                });
             }
         }
         for entry in &order.ledger {
             let Window { since, cut } = self.window;
-            if entry.action == action::SKIPPED && since < entry.decided_at && entry.decided_at <= cut {
+            if entry.action == action::SKIPPED
+                && since < entry.decided_at
+                && entry.decided_at <= cut
+            {
                 let verdict = self.skip_verdict(entry);
-                out.push(TruthRow { kind: SKIP_VERDICT, effect: None, order_id: order.order_id, class: None, verdict, msg_id: Some(entry.msg_id) });
+                out.push(TruthRow {
+                    kind: SKIP_VERDICT,
+                    effect: None,
+                    order_id: order.order_id,
+                    class: None,
+                    verdict,
+                    msg_id: Some(entry.msg_id),
+                });
             }
         }
     }
@@ -126,14 +143,23 @@ impl<'a> Judge<'a> {
     /// The four-step skip verdict of §5 over the rules triggered by the row's event.
     fn skip_verdict(&self, entry: &LedgerEntry) -> &'static str {
         let cut = self.window.cut;
-        let triggered = || self.states.iter().zip(&self.rules.rules).filter(|(_, r)| r.trigger_event == entry.event.event_type());
+        let triggered = || {
+            self.states
+                .iter()
+                .zip(&self.rules.rules)
+                .filter(|(_, r)| r.trigger_event == entry.event.event_type())
+        };
         if triggered().next().is_none() {
             return "CORRECT";
         }
         let max_grace = triggered().map(|(_, r)| r.grace_micros).max().unwrap_or(0);
-        if triggered().any(|(s, r)| s.owed() && s.due_at.is_some_and(|due| due + r.grace_micros <= cut)) {
+        if triggered()
+            .any(|(s, r)| s.owed() && s.due_at.is_some_and(|due| due + r.grace_micros <= cut))
+        {
             "WRONG"
-        } else if triggered().any(|(s, _)| s.owed()) || (triggered().all(|(s, _)| s.due_at.is_none()) && entry.decided_at + max_grace > cut) {
+        } else if triggered().any(|(s, _)| s.owed())
+            || (triggered().all(|(s, _)| s.due_at.is_none()) && entry.decided_at + max_grace > cut)
+        {
             "PENDING"
         } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided && s.ok >= 1) {
             "HARMLESS"
@@ -154,7 +180,9 @@ fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> EffectState {
             state.voided = true;
         }
     }
-    for r in order.receipts.iter().filter(|r| r.provider.effect() == rule.effect && r.status == receipt::SUCCEEDED && r.created_at <= cut) {
+    for r in order.receipts.iter().filter(|r| {
+        r.provider.effect() == rule.effect && r.status == receipt::SUCCEEDED && r.created_at <= cut
+    }) {
         state.ok += 1;
         let key = (r.created_at, r.seq);
         match (state.first, state.second) {
@@ -178,7 +206,12 @@ fn receipt_before((at, seq): (Micros, u32), (other_at, other_seq): (Micros, u32)
 }
 
 /// The finding of one rule on one order, if any: (class, verdict).
-fn finding(order: &OrderRows, rule: &Rule, state: &EffectState, window: Window) -> Option<(&'static str, &'static str)> {
+fn finding(
+    order: &OrderRows,
+    rule: &Rule,
+    state: &EffectState,
+    window: Window,
+) -> Option<(&'static str, &'static str)> {
     let Window { since, cut } = window;
     let in_window = |t: Micros| since < t && t <= cut;
     match (state.due_at, state.first) {
@@ -203,7 +236,10 @@ fn finding(order: &OrderRows, rule: &Rule, state: &EffectState, window: Window) 
                 None
             }
         }
-        (Some(_), _) if state.ok >= 2 => state.second.filter(|(second, _)| in_window(*second)).map(|_| ("DUPLICATE_EFFECT", "BREAK")),
+        (Some(_), _) if state.ok >= 2 => state
+            .second
+            .filter(|(second, _)| in_window(*second))
+            .map(|_| ("DUPLICATE_EFFECT", "BREAK")),
         _ => None,
     }
 }
@@ -235,20 +271,29 @@ fn missing_class(order: &OrderRows, rule: &Rule, cut: Micros) -> &'static str {
 /// what it meant to.
 pub fn unmet_expectations(order: &OrderRows, rows: &[TruthRow<'_>], window: Window) -> Vec<String> {
     let mut unmet = Vec::new();
-    for expect in order.expects.iter().filter(|e| window.since < e.judged_at && e.judged_at <= window.cut) {
+    for expect in
+        order.expects.iter().filter(|e| window.since < e.judged_at && e.judged_at <= window.cut)
+    {
         let found = rows.iter().find(|r| match expect.target {
-            ExpectTarget::Finding(provider) => r.kind == FINDING && r.effect == Some(provider.effect()),
+            ExpectTarget::Finding(provider) => {
+                r.kind == FINDING && r.effect == Some(provider.effect())
+            }
             ExpectTarget::SkipVerdict(msg_id) => r.kind == SKIP_VERDICT && r.msg_id == Some(msg_id),
         });
         let met = match found {
             None => expect.allowed.is_empty(),
             Some(row) => {
-                let value = if row.kind == FINDING { row.class.unwrap_or_default() } else { row.verdict };
-                expect.allowed.contains(&value) && (row.kind != FINDING || expect.verdict.is_none_or(|v| v == row.verdict))
+                let value =
+                    if row.kind == FINDING { row.class.unwrap_or_default() } else { row.verdict };
+                expect.allowed.contains(&value)
+                    && (row.kind != FINDING || expect.verdict.is_none_or(|v| v == row.verdict))
             }
         };
         if !met {
-            unmet.push(format!("order {} ({:?}): expected {:?} in {:?} {:?}, truth has {:?}", order.order_id, order.fault, expect.target, expect.allowed, expect.verdict, found));
+            unmet.push(format!(
+                "order {} ({:?}): expected {:?} in {:?} {:?}, truth has {:?}",
+                order.order_id, order.fault, expect.target, expect.allowed, expect.verdict, found
+            ));
         }
     }
     unmet
@@ -293,7 +338,8 @@ impl TruthColumns {
             Arc::new(self.verdict.finish()),
             Arc::new(self.msg_id.finish()),
         ];
-        RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+        RecordBatch::try_new(Arc::clone(schema), columns)
+            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
     }
 }
 
@@ -306,7 +352,11 @@ mod tests {
     const CUT: Micros = 10_000 * MIN;
     const SINCE: Micros = CUT - 1440 * MIN;
 
-    fn order(history: &[(Status, Micros)], ledger: &[(Status, &'static str, Micros)], receipts: &[(Provider, &'static str, Micros)]) -> OrderRows {
+    fn order(
+        history: &[(Status, Micros)],
+        ledger: &[(Status, &'static str, Micros)],
+        receipts: &[(Provider, &'static str, Micros)],
+    ) -> OrderRows {
         let mut o = OrderRows { order_id: 1, ..Default::default() };
         o.history = history.iter().map(|&(status, at)| StatusChange { status, at }).collect();
         o.ledger = ledger
@@ -327,7 +377,14 @@ mod tests {
         o.receipts = receipts
             .iter()
             .enumerate()
-            .map(|(i, &(provider, status, created_at))| ReceiptEntry { provider, seq: i as u32, msg_id: None, produced: None, status, created_at })
+            .map(|(i, &(provider, status, created_at))| ReceiptEntry {
+                provider,
+                seq: i as u32,
+                msg_id: None,
+                produced: None,
+                status,
+                created_at,
+            })
             .collect();
         o
     }
@@ -341,14 +398,21 @@ mod tests {
     }
 
     fn paid_done(paid: Micros) -> OrderRows {
-        order(&[(Status::Paid, paid)], &[(Status::Paid, action::DONE, paid + 1)], &[(Provider::Wms, receipt::SUCCEEDED, paid + 1)])
+        order(
+            &[(Status::Paid, paid)],
+            &[(Status::Paid, action::DONE, paid + 1)],
+            &[(Provider::Wms, receipt::SUCCEEDED, paid + 1)],
+        )
     }
 
     #[test]
     fn break_on_is_half_open() {
         let at_cut = judge(&paid_done(CUT - 30 * MIN));
         assert_eq!(at_cut, [(Some("points_grant".into()), Some("DONE_NO_RECEIPT"), "BREAK")]);
-        assert!(judge(&paid_done(SINCE - 30 * MIN)).is_empty(), "break_on == since is the previous window's");
+        assert!(
+            judge(&paid_done(SINCE - 30 * MIN)).is_empty(),
+            "break_on == since is the previous window's"
+        );
         let young = judge(&paid_done(CUT - 29 * MIN));
         assert_eq!(young, [(Some("points_grant".into()), Some("DONE_NO_RECEIPT"), "PENDING")]);
     }
@@ -356,10 +420,21 @@ mod tests {
     #[test]
     fn outcome_precedence_and_revoked() {
         let t = CUT - 5 * 60 * MIN;
-        let revoked = order(&[(Status::Paid, t)], &[(Status::Paid, action::REVOKED, t + 1), (Status::Paid, action::PENDING_REVIEW, t + 2)], &[]);
+        let revoked = order(
+            &[(Status::Paid, t)],
+            &[
+                (Status::Paid, action::REVOKED, t + 1),
+                (Status::Paid, action::PENDING_REVIEW, t + 2),
+            ],
+            &[],
+        );
         assert_eq!(judge(&revoked)[0].1, Some("SKIPPED_BUT_DUE"));
         assert_eq!(judge(&revoked).len(), 2, "REVOKED gets no skip verdict");
-        let done = order(&[(Status::Paid, t)], &[(Status::Paid, action::SKIPPED, t + 1), (Status::Paid, action::DONE, t + 2)], &[]);
+        let done = order(
+            &[(Status::Paid, t)],
+            &[(Status::Paid, action::SKIPPED, t + 1), (Status::Paid, action::DONE, t + 2)],
+            &[],
+        );
         let rows = judge(&done);
         assert_eq!(rows[0].1, Some("DONE_NO_RECEIPT"));
         assert_eq!(rows[2], (None, None, "WRONG"));
@@ -369,18 +444,45 @@ mod tests {
     fn duplicates_need_the_second_receipt_in_the_window_and_ignore_voids() {
         let t = SINCE - 60 * MIN;
         let history = [(Status::Paid, t), (Status::Refunded, t + MIN)];
-        let inside = order(&history, &[], &[(Provider::Points, receipt::SUCCEEDED, t), (Provider::Points, receipt::SUCCEEDED, SINCE + 1)]);
-        assert_eq!(judge(&inside), [(Some("points_grant".into()), Some("DUPLICATE_EFFECT"), "BREAK")]);
-        let before = order(&history, &[], &[(Provider::Points, receipt::SUCCEEDED, t), (Provider::Points, receipt::SUCCEEDED, SINCE)]);
+        let inside = order(
+            &history,
+            &[],
+            &[
+                (Provider::Points, receipt::SUCCEEDED, t),
+                (Provider::Points, receipt::SUCCEEDED, SINCE + 1),
+            ],
+        );
+        assert_eq!(
+            judge(&inside),
+            [(Some("points_grant".into()), Some("DUPLICATE_EFFECT"), "BREAK")]
+        );
+        let before = order(
+            &history,
+            &[],
+            &[
+                (Provider::Points, receipt::SUCCEEDED, t),
+                (Provider::Points, receipt::SUCCEEDED, SINCE),
+            ],
+        );
         assert!(judge(&before).is_empty());
-        let reversed = order(&history, &[], &[(Provider::Points, receipt::SUCCEEDED, t), (Provider::Points, receipt::REVERSED, SINCE + 1)]);
+        let reversed = order(
+            &history,
+            &[],
+            &[
+                (Provider::Points, receipt::SUCCEEDED, t),
+                (Provider::Points, receipt::REVERSED, SINCE + 1),
+            ],
+        );
         assert!(judge(&reversed).is_empty());
     }
 
     #[test]
     fn orphans_and_rows_after_the_cut() {
         let orphan = order(&[], &[], &[(Provider::Points, receipt::SUCCEEDED, CUT)]);
-        assert_eq!(judge(&orphan), [(Some("points_grant".into()), Some("ORPHAN_EFFECT"), "PENDING")]);
+        assert_eq!(
+            judge(&orphan),
+            [(Some("points_grant".into()), Some("ORPHAN_EFFECT"), "PENDING")]
+        );
         let later = order(&[], &[], &[(Provider::Points, receipt::SUCCEEDED, CUT + 1)]);
         assert!(judge(&later).is_empty());
     }
@@ -388,17 +490,26 @@ mod tests {
     #[test]
     fn skip_verdicts() {
         let t = CUT - 5 * 60 * MIN;
-        let cancelled = order(&[(Status::Paid, t), (Status::Cancelled, t + 1)], &[(Status::Paid, action::SKIPPED, t + 2)], &[]);
+        let cancelled = order(
+            &[(Status::Paid, t), (Status::Cancelled, t + 1)],
+            &[(Status::Paid, action::SKIPPED, t + 2)],
+            &[],
+        );
         assert_eq!(judge(&cancelled), [(None, None, "CORRECT")]);
         let harmless = order(
             &[(Status::Paid, t)],
             &[(Status::Paid, action::SKIPPED, t + 2)],
-            &[(Provider::Points, receipt::SUCCEEDED, t + 3), (Provider::Wms, receipt::SUCCEEDED, t + 3)],
+            &[
+                (Provider::Points, receipt::SUCCEEDED, t + 3),
+                (Provider::Wms, receipt::SUCCEEDED, t + 3),
+            ],
         );
         assert_eq!(judge(&harmless), [(None, None, "HARMLESS")]);
-        let never_due = order(&[(Status::Created, t)], &[(Status::Paid, action::SKIPPED, CUT - MIN)], &[]);
+        let never_due =
+            order(&[(Status::Created, t)], &[(Status::Paid, action::SKIPPED, CUT - MIN)], &[]);
         assert_eq!(judge(&never_due), [(None, None, "PENDING")]);
-        let no_rule = order(&[(Status::Created, t)], &[(Status::Delivered, action::SKIPPED, CUT)], &[]);
+        let no_rule =
+            order(&[(Status::Created, t)], &[(Status::Delivered, action::SKIPPED, CUT)], &[]);
         assert_eq!(judge(&no_rule), [(None, None, "CORRECT")]);
     }
 }

@@ -383,13 +383,27 @@ enum Mechanism {
     /// The happy path, unperturbed (edge orders need a paid order that stays paid).
     Plain,
     /// ORDER_PAID held by a zombie consumer until after ORDER_SHIPPED was handled.
-    Zombie { compensate: bool },
+    Zombie {
+        compensate: bool,
+    },
     /// The message of the status before the final cancellation is handled after it.
     CancelRace,
-    LostCall { status: Status, provider: Provider, loss: Loss },
-    Duplicate { status: Status, provider: Provider, reversed: bool },
-    Stalled { status: Status },
-    Revoked { status: Status },
+    LostCall {
+        status: Status,
+        provider: Provider,
+        loss: Loss,
+    },
+    Duplicate {
+        status: Status,
+        provider: Provider,
+        reversed: bool,
+    },
+    Stalled {
+        status: Status,
+    },
+    Revoked {
+        status: Status,
+    },
     /// ORDER_PAID handled only after the cut.
     Unconsumed,
 }
@@ -417,7 +431,15 @@ pub struct World {
 impl World {
     /// A world with `partitions` partitions, `consumers` instances, the cut and window
     /// `(cut - 1 day, cut]`, and the graces of the rules of each provider's effect.
-    pub fn new(seed: u64, partitions: u32, consumers: u32, cut: Micros, rates: FaultRates, incident: bool, grace: [Micros; 3]) -> Self {
+    pub fn new(
+        seed: u64,
+        partitions: u32,
+        consumers: u32,
+        cut: Micros,
+        rates: FaultRates,
+        incident: bool,
+        grace: [Micros; 3],
+    ) -> Self {
         let start = cut - 2 * DAY_MICROS;
         let epoch = start + (mix(seed ^ 0xEB0C) % REBALANCE_PERIOD as u64) as Micros;
         World {
@@ -450,7 +472,11 @@ impl World {
     pub fn simulate(&self, order_id: i64, offsets: &mut [i64], out: &mut OrderRows) {
         out.reset(order_id);
         let mut rng = SplitMix64::for_order(self.seed, order_id);
-        let fault = if self.incident && order_id == INCIDENT_ORDER { Some(Fault::Incident) } else { self.rates.pick(rng.unit()) };
+        let fault = if self.incident && order_id == INCIDENT_ORDER {
+            Some(Fault::Incident)
+        } else {
+            self.rates.pick(rng.unit())
+        };
         out.fault = fault;
         match fault {
             None => self.lifecycle(&mut rng, Mechanism::Normal, true, out),
@@ -478,7 +504,9 @@ impl World {
                 let loss = [Loss::Missing, Loss::Failed, Loss::Retried][rng.index(3)];
                 Mechanism::LostCall { status, provider, loss }
             }
-            Fault::Duplicate => Mechanism::Duplicate { status, provider, reversed: rng.chance(0.25) },
+            Fault::Duplicate => {
+                Mechanism::Duplicate { status, provider, reversed: rng.chance(0.25) }
+            }
             Fault::Stalled => Mechanism::Stalled { status },
             Fault::Revoked => Mechanism::Revoked { status },
             Fault::Unconsumed => Mechanism::Unconsumed,
@@ -487,7 +515,13 @@ impl World {
     }
 
     /// Builds the status history, then handles each of its messages.
-    fn lifecycle(&self, rng: &mut SplitMix64, mechanism: Mechanism, quiet: bool, out: &mut OrderRows) {
+    fn lifecycle(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        quiet: bool,
+        out: &mut OrderRows,
+    ) {
         self.timeline(rng, mechanism, out);
         if quiet {
             self.quiet_before_cut(out);
@@ -526,7 +560,12 @@ impl World {
             return;
         }
         let fast = matches!(mechanism, Mechanism::Zombie { .. }) || (normal && rng.chance(0.15));
-        let shipped = paid + if fast { rng.between(MINUTE, 5 * MINUTE) } else { rng.between(40 * MINUTE, 20 * HOUR) };
+        let shipped = paid
+            + if fast {
+                rng.between(MINUTE, 5 * MINUTE)
+            } else {
+                rng.between(40 * MINUTE, 20 * HOUR)
+            };
         push(out, Status::Shipped, shipped);
         if mechanism == Mechanism::CancelRace {
             push(out, Status::Cancelled, shipped + rng.between(100 * MS, SECOND));
@@ -547,7 +586,9 @@ impl World {
     fn snap(&self, rng: &mut SplitMix64, mechanism: Mechanism, out: &mut OrderRows) {
         let Some(paid) = out.change(Status::Paid) else { return };
         let target = match mechanism {
-            Mechanism::Zombie { .. } => self.next_rebalance(paid) - rng.between(SECOND, 90 * SECOND),
+            Mechanism::Zombie { .. } => {
+                self.next_rebalance(paid) - rng.between(SECOND, 90 * SECOND)
+            }
             Mechanism::Unconsumed => self.cut - rng.between(35 * MINUTE, 8 * HOUR),
             _ => return,
         };
@@ -607,7 +648,13 @@ impl World {
     }
 
     /// The conditional skip of DESIGN.md §1, with the mechanism's perturbation.
-    fn decide(&self, rng: &mut SplitMix64, mechanism: Mechanism, mut entry: LedgerEntry, out: &mut OrderRows) -> LedgerEntry {
+    fn decide(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        mut entry: LedgerEntry,
+        out: &mut OrderRows,
+    ) -> LedgerEntry {
         let status = entry.event;
         match mechanism {
             Mechanism::Stalled { status: s } if s == status => {
@@ -631,7 +678,11 @@ impl World {
         for &provider in status.providers() {
             t += rng.between(2 * MS, 80 * MS);
             let lost = match mechanism {
-                Mechanism::LostCall { status: s, provider: p, loss } if s == status && p == provider => Some(loss),
+                Mechanism::LostCall { status: s, provider: p, loss }
+                    if s == status && p == provider =>
+                {
+                    Some(loss)
+                }
                 _ => None,
             };
             match lost {
@@ -658,7 +709,15 @@ impl World {
     /// The consumer crashed after the provider calls, before the ledger write: the group
     /// rebalances and the next owner handles the message again. The non-idempotent
     /// `provider` records a second receipt (`reversed`: undone since by an operator).
-    fn redeliver(&self, rng: &mut SplitMix64, mut entry: LedgerEntry, provider: Provider, reversed: bool, crashed: Micros, out: &mut OrderRows) -> LedgerEntry {
+    fn redeliver(
+        &self,
+        rng: &mut SplitMix64,
+        mut entry: LedgerEntry,
+        provider: Provider,
+        reversed: bool,
+        crashed: Micros,
+        out: &mut OrderRows,
+    ) -> LedgerEntry {
         let start = crashed + rng.between(10 * SECOND, 45 * SECOND);
         entry.consumer = (entry.consumer + 1) % self.consumers;
         entry.observed = out.status_at(start);
@@ -668,24 +727,58 @@ impl World {
             return entry;
         }
         let t = start + rng.between(2 * MS, 80 * MS);
-        self.receipt(out, provider, &entry, if reversed { receipt::REVERSED } else { receipt::SUCCEEDED }, t);
+        self.receipt(
+            out,
+            provider,
+            &entry,
+            if reversed { receipt::REVERSED } else { receipt::SUCCEEDED },
+            t,
+        );
         entry.action = action::DONE;
         entry.decided_at = t + rng.between(MS, 20 * MS);
         entry
     }
 
-    fn receipt(&self, out: &mut OrderRows, provider: Provider, entry: &LedgerEntry, status: &'static str, created_at: Micros) {
+    fn receipt(
+        &self,
+        out: &mut OrderRows,
+        provider: Provider,
+        entry: &LedgerEntry,
+        status: &'static str,
+        created_at: Micros,
+    ) {
         let seq = out.next_receipt_seq(provider);
-        out.receipts.push(ReceiptEntry { provider, seq, msg_id: Some(entry.msg_id), produced: Some(entry.produced), status, created_at });
+        out.receipts.push(ReceiptEntry {
+            provider,
+            seq,
+            msg_id: Some(entry.msg_id),
+            produced: Some(entry.produced),
+            status,
+            created_at,
+        });
     }
 
     /// An operator noticed the wrongly skipped ORDER_PAID and granted its effects by hand.
     fn compensate_by_hand(&self, rng: &mut SplitMix64, out: &mut OrderRows) {
-        let Some(paid) = out.ledger.iter().find(|e| e.event == Status::Paid && e.action == action::SKIPPED).copied() else { return };
+        let Some(paid) = out
+            .ledger
+            .iter()
+            .find(|e| e.event == Status::Paid && e.action == action::SKIPPED)
+            .copied()
+        else {
+            return;
+        };
         let mut t = paid.decided_at + rng.between(10 * MINUTE, 6 * HOUR);
         for &provider in Status::Paid.providers() {
             let seq = out.next_receipt_seq(provider);
-            out.receipts.push(ReceiptEntry { provider, seq, msg_id: Some(paid.msg_id), produced: None, status: receipt::SUCCEEDED, created_at: t });
+            out.receipts.push(ReceiptEntry {
+                provider,
+                seq,
+                msg_id: Some(paid.msg_id),
+                produced: None,
+                status: receipt::SUCCEEDED,
+                created_at: t,
+            });
             t += rng.between(SECOND, MINUTE);
         }
     }
@@ -699,15 +792,30 @@ impl World {
         } else {
             out.history.push(StatusChange { status: Status::Created, at: t0 });
             if rng.chance(0.5) {
-                out.history.push(StatusChange { status: Status::Cancelled, at: t0 + rng.between(10 * MINUTE, 3 * HOUR) });
+                out.history.push(StatusChange {
+                    status: Status::Cancelled,
+                    at: t0 + rng.between(10 * MINUTE, 3 * HOUR),
+                });
             }
             self.quiet_before_cut(out);
             self.handle_messages(rng, Mechanism::Normal, out);
             t0 + rng.between(20 * MINUTE, 20 * HOUR)
         };
-        out.receipts.push(ReceiptEntry { provider: Provider::Points, seq: 0, msg_id: None, produced: None, status: receipt::SUCCEEDED, created_at: granted });
+        out.receipts.push(ReceiptEntry {
+            provider: Provider::Points,
+            seq: 0,
+            msg_id: None,
+            produced: None,
+            status: receipt::SUCCEEDED,
+            created_at: granted,
+        });
         let judged_at = granted + self.grace(Provider::Points);
-        out.expects.push(Expect { target: ExpectTarget::Finding(Provider::Points), allowed: &["ORPHAN_EFFECT"], verdict: None, judged_at });
+        out.expects.push(Expect {
+            target: ExpectTarget::Finding(Provider::Points),
+            allowed: &["ORPHAN_EFFECT"],
+            verdict: None,
+            judged_at,
+        });
     }
 
     /// The canonical incident: order 8821, ORDER_SHIPPED `msg-7392` handled by the new
@@ -733,22 +841,65 @@ impl World {
     fn edge(&self, rng: &mut SplitMix64, out: &mut OrderRows) {
         let (since, cut) = (self.since, self.cut);
         let points = self.grace(Provider::Points);
-        let lost = Mechanism::LostCall { status: Status::Paid, provider: Provider::Points, loss: Loss::Missing };
-        let duplicate = Mechanism::Duplicate { status: Status::Paid, provider: Provider::Points, reversed: false };
-        let finding = |allowed: &'static [&'static str], verdict: Option<&'static str>| Expect { target: ExpectTarget::Finding(Provider::Points), allowed, verdict, judged_at: cut };
+        let lost = Mechanism::LostCall {
+            status: Status::Paid,
+            provider: Provider::Points,
+            loss: Loss::Missing,
+        };
+        let duplicate = Mechanism::Duplicate {
+            status: Status::Paid,
+            provider: Provider::Points,
+            reversed: false,
+        };
+        let finding = |allowed: &'static [&'static str], verdict: Option<&'static str>| Expect {
+            target: ExpectTarget::Finding(Provider::Points),
+            allowed,
+            verdict,
+            judged_at: cut,
+        };
         // (mechanism, which instant is placed, where, what a correct run reports)
         let (key, target, expect) = match rng.index(10) {
-            0 => (self.edge_run(rng, lost, out, Key::DueAt), cut - points, finding(&["DONE_NO_RECEIPT"], Some("BREAK"))),
+            0 => (
+                self.edge_run(rng, lost, out, Key::DueAt),
+                cut - points,
+                finding(&["DONE_NO_RECEIPT"], Some("BREAK")),
+            ),
             1 => (self.edge_run(rng, lost, out, Key::DueAt), since - points, finding(&[], None)),
-            2 => (self.edge_run(rng, Mechanism::CancelRace, out, Key::SkipDecided), since, self.skip_expect(out, &[])),
-            3 => (self.edge_run(rng, Mechanism::CancelRace, out, Key::SkipDecided), cut, self.skip_expect(out, &["CORRECT"])),
-            4 => (self.edge_run(rng, duplicate, out, Key::SecondReceipt), since, finding(&[], None)),
-            5 => (self.edge_run(rng, duplicate, out, Key::SecondReceipt), cut, finding(&["DUPLICATE_EFFECT"], Some("BREAK"))),
-            6 => (self.edge_orphan(rng, out), cut - points, finding(&["ORPHAN_EFFECT"], Some("BREAK"))),
+            2 => (
+                self.edge_run(rng, Mechanism::CancelRace, out, Key::SkipDecided),
+                since,
+                self.skip_expect(out, &[]),
+            ),
+            3 => (
+                self.edge_run(rng, Mechanism::CancelRace, out, Key::SkipDecided),
+                cut,
+                self.skip_expect(out, &["CORRECT"]),
+            ),
+            4 => {
+                (self.edge_run(rng, duplicate, out, Key::SecondReceipt), since, finding(&[], None))
+            }
+            5 => (
+                self.edge_run(rng, duplicate, out, Key::SecondReceipt),
+                cut,
+                finding(&["DUPLICATE_EFFECT"], Some("BREAK")),
+            ),
+            6 => (
+                self.edge_orphan(rng, out),
+                cut - points,
+                finding(&["ORPHAN_EFFECT"], Some("BREAK")),
+            ),
             7 => (self.edge_orphan(rng, out), cut, finding(&["ORPHAN_EFFECT"], Some("PENDING"))),
-            8 => (self.edge_run(rng, Mechanism::Plain, out, Key::DueAt), cut, finding(&["NO_LEDGER_ENTRY"], Some("PENDING"))),
+            8 => (
+                self.edge_run(rng, Mechanism::Plain, out, Key::DueAt),
+                cut,
+                finding(&["NO_LEDGER_ENTRY"], Some("PENDING")),
+            ),
             // A wrong skip still inside its grace: PENDING, both as finding and as skip.
-            _ => (self.edge_run(rng, Mechanism::Zombie { compensate: false }, out, Key::DueAt), cut - 20 * MINUTE, self.skip_expect(out, &["PENDING"])),
+            _ => (
+                self.edge_run(rng, Mechanism::Zombie { compensate: false }, out, Key::DueAt),
+                cut - 20 * MINUTE,
+                self.skip_expect(out, &["PENDING"]),
+            ),
         };
         if let Some(key) = key {
             out.shift(target - key);
@@ -760,14 +911,26 @@ impl World {
         out.expects.push(expect);
     }
 
-    fn edge_run(&self, rng: &mut SplitMix64, mechanism: Mechanism, out: &mut OrderRows, key: Key) -> Option<Micros> {
+    fn edge_run(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        out: &mut OrderRows,
+        key: Key,
+    ) -> Option<Micros> {
         self.lifecycle(rng, mechanism, false, out);
         match key {
             Key::DueAt => out.change(Status::Paid),
-            Key::SkipDecided => out.ledger.iter().find(|e| e.action == action::SKIPPED).map(|e| e.decided_at),
+            Key::SkipDecided => {
+                out.ledger.iter().find(|e| e.action == action::SKIPPED).map(|e| e.decided_at)
+            }
             Key::SecondReceipt => {
-                let mut times: Vec<Micros> =
-                    out.receipts.iter().filter(|r| r.provider == Provider::Points && r.status == receipt::SUCCEEDED).map(|r| r.created_at).collect();
+                let mut times: Vec<Micros> = out
+                    .receipts
+                    .iter()
+                    .filter(|r| r.provider == Provider::Points && r.status == receipt::SUCCEEDED)
+                    .map(|r| r.created_at)
+                    .collect();
                 times.sort_unstable();
                 times.get(1).copied()
             }
@@ -780,57 +943,115 @@ impl World {
     }
 
     fn skip_expect(&self, out: &OrderRows, allowed: &'static [&'static str]) -> Expect {
-        let msg_id = out.ledger.iter().find(|e| e.action == action::SKIPPED).map_or(MsgId::Named("none"), |e| e.msg_id);
-        Expect { target: ExpectTarget::SkipVerdict(msg_id), allowed, verdict: None, judged_at: self.cut }
+        let msg_id = out
+            .ledger
+            .iter()
+            .find(|e| e.action == action::SKIPPED)
+            .map_or(MsgId::Named("none"), |e| e.msg_id);
+        Expect {
+            target: ExpectTarget::SkipVerdict(msg_id),
+            allowed,
+            verdict: None,
+            judged_at: self.cut,
+        }
     }
 
     /// Records what a correct run must report for `mechanism` on this order.
     fn expect(&self, mechanism: Mechanism, out: &mut OrderRows) {
-        let due_plus_grace = |out: &OrderRows, status: Status, provider: Provider| out.change(status).map(|at| at + self.grace(provider));
-        let findings = |out: &mut OrderRows, status: Status, providers: &[Provider], allowed: &'static [&'static str]| {
+        let due_plus_grace = |out: &OrderRows, status: Status, provider: Provider| {
+            out.change(status).map(|at| at + self.grace(provider))
+        };
+        let findings = |out: &mut OrderRows,
+                        status: Status,
+                        providers: &[Provider],
+                        allowed: &'static [&'static str]| {
             for &provider in providers {
                 if let Some(judged_at) = due_plus_grace(out, status, provider) {
-                    out.expects.push(Expect { target: ExpectTarget::Finding(provider), allowed, verdict: None, judged_at });
+                    out.expects.push(Expect {
+                        target: ExpectTarget::Finding(provider),
+                        allowed,
+                        verdict: None,
+                        judged_at,
+                    });
                 }
             }
         };
-        let skipped = |out: &OrderRows, status: Status| out.ledger.iter().find(|e| e.event == status).map(|e| (e.msg_id, e.decided_at));
+        let skipped = |out: &OrderRows, status: Status| {
+            out.ledger.iter().find(|e| e.event == status).map(|e| (e.msg_id, e.decided_at))
+        };
         match mechanism {
             Mechanism::Normal | Mechanism::Plain => {}
             Mechanism::Zombie { compensate } => {
-                let allowed: &'static [&'static str] = if compensate { &["WRONG", "PENDING", "HARMLESS"] } else { &["WRONG", "PENDING"] };
+                let allowed: &'static [&'static str] = if compensate {
+                    &["WRONG", "PENDING", "HARMLESS"]
+                } else {
+                    &["WRONG", "PENDING"]
+                };
                 if !compensate {
                     findings(out, Status::Paid, Status::Paid.providers(), &["SKIPPED_BUT_DUE"]);
                 }
                 if let Some((msg_id, judged_at)) = skipped(out, Status::Paid) {
-                    out.expects.push(Expect { target: ExpectTarget::SkipVerdict(msg_id), allowed, verdict: None, judged_at });
+                    out.expects.push(Expect {
+                        target: ExpectTarget::SkipVerdict(msg_id),
+                        allowed,
+                        verdict: None,
+                        judged_at,
+                    });
                 }
             }
             Mechanism::CancelRace => {
-                if let Some(entry) = out.ledger.iter().find(|e| e.action == action::SKIPPED).copied() {
-                    out.expects.push(Expect { target: ExpectTarget::SkipVerdict(entry.msg_id), allowed: &["CORRECT"], verdict: None, judged_at: entry.decided_at });
+                if let Some(entry) =
+                    out.ledger.iter().find(|e| e.action == action::SKIPPED).copied()
+                {
+                    out.expects.push(Expect {
+                        target: ExpectTarget::SkipVerdict(entry.msg_id),
+                        allowed: &["CORRECT"],
+                        verdict: None,
+                        judged_at: entry.decided_at,
+                    });
                 }
             }
             Mechanism::LostCall { status, provider, loss } => {
-                let allowed: &'static [&'static str] = if loss == Loss::Retried { &[] } else { &["DONE_NO_RECEIPT"] };
+                let allowed: &'static [&'static str] =
+                    if loss == Loss::Retried { &[] } else { &["DONE_NO_RECEIPT"] };
                 findings(out, status, &[provider], allowed);
             }
             Mechanism::Duplicate { provider, reversed, .. } => {
-                let mut times: Vec<Micros> = out.receipts.iter().filter(|r| r.provider == provider).map(|r| r.created_at).collect();
+                let mut times: Vec<Micros> = out
+                    .receipts
+                    .iter()
+                    .filter(|r| r.provider == provider)
+                    .map(|r| r.created_at)
+                    .collect();
                 times.sort_unstable();
                 if let Some(&second) = times.get(1) {
-                    let allowed: &'static [&'static str] = if reversed { &[] } else { &["DUPLICATE_EFFECT"] };
-                    out.expects.push(Expect { target: ExpectTarget::Finding(provider), allowed, verdict: Some("BREAK"), judged_at: second });
+                    let allowed: &'static [&'static str] =
+                        if reversed { &[] } else { &["DUPLICATE_EFFECT"] };
+                    out.expects.push(Expect {
+                        target: ExpectTarget::Finding(provider),
+                        allowed,
+                        verdict: Some("BREAK"),
+                        judged_at: second,
+                    });
                 }
             }
-            Mechanism::Stalled { status } => findings(out, status, status.providers(), &["REVIEW_STALLED"]),
+            Mechanism::Stalled { status } => {
+                findings(out, status, status.providers(), &["REVIEW_STALLED"])
+            }
             Mechanism::Revoked { status } => {
                 findings(out, status, status.providers(), &["SKIPPED_BUT_DUE"]);
                 if let Some((msg_id, judged_at)) = skipped(out, status) {
-                    out.expects.push(Expect { target: ExpectTarget::SkipVerdict(msg_id), allowed: &[], verdict: None, judged_at });
+                    out.expects.push(Expect {
+                        target: ExpectTarget::SkipVerdict(msg_id),
+                        allowed: &[],
+                        verdict: None,
+                        judged_at,
+                    });
                 }
             }
-            Mechanism::Unconsumed => findings(out, Status::Paid, Status::Paid.providers(), &["NO_LEDGER_ENTRY"]),
+            Mechanism::Unconsumed => {
+                findings(out, Status::Paid, Status::Paid.providers(), &["NO_LEDGER_ENTRY"])
+            }
         }
     }
 
@@ -891,7 +1112,8 @@ mod tests {
                 assert_eq!(e.action == action::DONE, e.observed == e.event, "{e:?}");
                 assert_eq!(e.partition, w.partition(order_id));
             }
-            let done_paid = out.ledger.iter().any(|e| e.event == Status::Paid && e.action == action::DONE);
+            let done_paid =
+                out.ledger.iter().any(|e| e.event == Status::Paid && e.action == action::DONE);
             let points = out.receipts.iter().filter(|r| r.provider == Provider::Points).count();
             assert_eq!(points, usize::from(done_paid), "order {order_id}");
         }
@@ -903,7 +1125,8 @@ mod tests {
         let mut out = OrderRows::default();
         w.simulate(INCIDENT_ORDER, &mut vec![0; 24], &mut out);
         let paid = out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_PAID_MSG)).unwrap();
-        let shipped = out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_SHIPPED_MSG)).unwrap();
+        let shipped =
+            out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_SHIPPED_MSG)).unwrap();
         assert_eq!((paid.action, paid.observed), (action::SKIPPED, Status::Shipped));
         assert!(paid.offset < shipped.offset && paid.decided_at > shipped.decided_at);
         assert_eq!(out.change(Status::Paid), Some(CUT - 8 * HOUR));

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use datafusion::arrow::array::Array;
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
-use datafusion::arrow::array::Array;
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::physical_plan::collect;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::prelude::SessionContext;
@@ -66,17 +66,32 @@ pub struct Window {
 
 impl Window {
     /// The cut and window for `snapshot_cut` and the requested bounds.
-    pub fn resolve(snapshot_cut: Micros, cut: Option<Micros>, since: Option<Micros>) -> Result<Window> {
+    pub fn resolve(
+        snapshot_cut: Micros,
+        cut: Option<Micros>,
+        since: Option<Micros>,
+    ) -> Result<Window> {
         let cut = cut.unwrap_or(snapshot_cut);
         if cut > snapshot_cut {
             return Err(Error::argument(
                 "--cut",
-                format!("{} is after the snapshot's cut {}; the snapshot has no data past its cut", format_instant(cut), format_instant(snapshot_cut)),
+                format!(
+                    "{} is after the snapshot's cut {}; the snapshot has no data past its cut",
+                    format_instant(cut),
+                    format_instant(snapshot_cut)
+                ),
             ));
         }
         let since = since.unwrap_or(cut - DAY_MICROS);
         if since >= cut {
-            return Err(Error::argument("--since", format!("{} must be earlier than the cut {}", format_instant(since), format_instant(cut))));
+            return Err(Error::argument(
+                "--since",
+                format!(
+                    "{} must be earlier than the cut {}",
+                    format_instant(since),
+                    format_instant(cut)
+                ),
+            ));
         }
         Ok(Window { since, cut })
     }
@@ -136,12 +151,24 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
     let ctx = session::build(&plan.session)?;
     let stats = snapshot.register(&ctx).await?;
     let elapsed = stage(&mut timings_ms, "validate", started);
-    progress(&format!("validated snapshot {} ({} files, {} rows) in {}", plan.snapshot.display(""), stats.files, total_rows(&stats), crate::time::format_elapsed(elapsed)));
+    progress(&format!(
+        "validated snapshot {} ({} files, {} rows) in {}",
+        plan.snapshot.display(""),
+        stats.files,
+        total_rows(&stats),
+        crate::time::format_elapsed(elapsed)
+    ));
 
     let reconcile_started = Instant::now();
-    let outputs = reconcile(&ctx, &plan.rules, window, plan.session.rows_per_pass, plan.explain).await?;
+    let outputs =
+        reconcile(&ctx, &plan.rules, window, plan.session.rows_per_pass, plan.explain).await?;
     let elapsed = stage(&mut timings_ms, "reconcile", reconcile_started);
-    progress(&format!("reconciled: {} findings, {} skip verdicts in {}", outputs.discrepancies.num_rows(), outputs.skip_verdicts.num_rows(), crate::time::format_elapsed(elapsed)));
+    progress(&format!(
+        "reconciled: {} findings, {} skip verdicts in {}",
+        outputs.discrepancies.num_rows(),
+        outputs.skip_verdicts.num_rows(),
+        crate::time::format_elapsed(elapsed)
+    ));
 
     let write_started = Instant::now();
     let (findings, verdicts) = summary::count_findings(&outputs.discrepancies)?;
@@ -181,7 +208,13 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
 /// Computes the three outputs over the tables registered in `ctx` (snapshot tables must
 /// already be there), aggregating at most `rows_per_pass` input rows at a time. Used by
 /// `run`, the tests and the benches.
-pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, rows_per_pass: u64, explain: bool) -> Result<Outputs> {
+pub async fn reconcile(
+    ctx: &SessionContext,
+    rules: &RuleSet,
+    window: Window,
+    rows_per_pass: u64,
+    explain: bool,
+) -> Result<Outputs> {
     rules_table::register(ctx, rules)?;
     let params = window.params();
     let mut plans = Vec::new();
@@ -196,23 +229,37 @@ pub async fn reconcile(ctx: &SessionContext, rules: &RuleSet, window: Window, ro
     for (lo, hi) in order_id_ranges(ctx, rows_per_pass).await? {
         let range_params = window.params_for_orders(lo, hi);
         queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
-        in_play.push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, &mut plans).await?);
+        in_play.push(
+            execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, &mut plans).await?,
+        );
     }
-    let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| Error::Output {
-        location: queries::EFFECTS_IN_PLAY.name.into(),
-        message: "no order_id range was judged".into(),
-    })?;
-    register_batches(ctx, queries::EFFECTS_IN_PLAY.name, (schema, in_play.into_iter().flat_map(|(_, b)| b).collect()))?;
+    let schema =
+        in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| Error::Output {
+            location: queries::EFFECTS_IN_PLAY.name.into(),
+            message: "no order_id range was judged".into(),
+        })?;
+    register_batches(
+        ctx,
+        queries::EFFECTS_IN_PLAY.name,
+        (schema, in_play.into_iter().flat_map(|(_, b)| b).collect()),
+    )?;
     let candidates = execute(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
     register_batches(ctx, queries::CANDIDATES.name, candidates)?;
     // Registered only now, so that it reads the materialised candidates.
     queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
 
-    let discrepancies = OutputTable::Discrepancies.conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
-    register_batches(ctx, OutputTable::Discrepancies.name(), (discrepancies.schema(), vec![discrepancies.clone()]))?;
-    let compensation_tasks =
-        OutputTable::CompensationTasks.conform(&execute(ctx, queries::COMPENSATION_TASKS, &params, explain, &mut plans).await?.1)?;
-    let skip_verdicts = OutputTable::SkipVerdicts.conform(&execute(ctx, queries::SKIP_VERDICTS, &params, explain, &mut plans).await?.1)?;
+    let discrepancies = OutputTable::Discrepancies
+        .conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
+    register_batches(
+        ctx,
+        OutputTable::Discrepancies.name(),
+        (discrepancies.schema(), vec![discrepancies.clone()]),
+    )?;
+    let compensation_tasks = OutputTable::CompensationTasks.conform(
+        &execute(ctx, queries::COMPENSATION_TASKS, &params, explain, &mut plans).await?.1,
+    )?;
+    let skip_verdicts = OutputTable::SkipVerdicts
+        .conform(&execute(ctx, queries::SKIP_VERDICTS, &params, explain, &mut plans).await?.1)?;
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, plans })
 }
 
@@ -224,7 +271,11 @@ async fn order_id_ranges(ctx: &SessionContext, rows_per_pass: u64) -> Result<Vec
     let whole = vec![(i64::MIN, i64::MAX)];
     let batches = queries::collect(ctx, queries::ORDER_ID_SPAN, &[]).await?;
     let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(whole) };
-    let (lo, hi, rows) = (queries::int64_column(batch, "lo")?, queries::int64_column(batch, "hi")?, queries::int64_column(batch, "rows")?);
+    let (lo, hi, rows) = (
+        queries::int64_column(batch, "lo")?,
+        queries::int64_column(batch, "hi")?,
+        queries::int64_column(batch, "rows")?,
+    );
     if lo.is_null(0) || hi.is_null(0) || i128::from(rows.value(0)) <= rows_per_pass {
         return Ok(whole);
     }
@@ -241,20 +292,34 @@ async fn order_id_ranges(ctx: &SessionContext, rows_per_pass: u64) -> Result<Vec
         .collect())
 }
 
-async fn execute(ctx: &SessionContext, query: Query, params: &[Param], explain: bool, plans: &mut Vec<(String, String)>) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+async fn execute(
+    ctx: &SessionContext,
+    query: Query,
+    params: &[Param],
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let frame = queries::frame(ctx, query, params).await?;
     let context = |e| Error::query(format!("running sql/{}.sql", query.name), e);
     let started = Instant::now();
     let physical = frame.create_physical_plan().await.map_err(context)?;
     let batches = collect(Arc::clone(&physical), ctx.task_ctx()).await.map_err(context)?;
     if explain {
-        let header = format!("{}.sql ({})", query.name, crate::time::format_elapsed(started.elapsed()));
-        plans.push((header, DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string()));
+        let header =
+            format!("{}.sql ({})", query.name, crate::time::format_elapsed(started.elapsed()));
+        plans.push((
+            header,
+            DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string(),
+        ));
     }
     Ok((physical.schema(), batches))
 }
 
-fn register_batches(ctx: &SessionContext, name: &str, (schema, batches): (SchemaRef, Vec<RecordBatch>)) -> Result<()> {
+fn register_batches(
+    ctx: &SessionContext,
+    name: &str,
+    (schema, batches): (SchemaRef, Vec<RecordBatch>),
+) -> Result<()> {
     let context = |e| Error::query(format!("registering {name}"), e);
     let table = MemTable::try_new(schema, vec![batches]).map_err(context)?;
     ctx.deregister_table(name).map_err(context)?;
@@ -275,10 +340,16 @@ fn total_rows(stats: &SnapshotStats) -> u64 {
 
 /// Run ids name a folder: letters, digits, `-`, `_`, `.`, `:` only.
 fn check_run_id(run_id: &str) -> Result<()> {
-    let ok = !run_id.is_empty() && run_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c)) && run_id != "." && run_id != "..";
+    let ok = !run_id.is_empty()
+        && run_id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+        && run_id != "."
+        && run_id != "..";
     if ok {
         Ok(())
     } else {
-        Err(Error::argument("--run-id", format!("'{run_id}' may only use letters, digits, '-', '_', '.', ':'")))
+        Err(Error::argument(
+            "--run-id",
+            format!("'{run_id}' may only use letters, digits, '-', '_', '.', ':'"),
+        ))
     }
 }

@@ -25,7 +25,8 @@ pub enum OutputTable {
 
 impl OutputTable {
     /// All outputs, in writing order.
-    pub const ALL: [OutputTable; 3] = [OutputTable::Discrepancies, OutputTable::CompensationTasks, OutputTable::SkipVerdicts];
+    pub const ALL: [OutputTable; 3] =
+        [OutputTable::Discrepancies, OutputTable::CompensationTasks, OutputTable::SkipVerdicts];
 
     /// Table and folder name.
     pub fn name(self) -> &'static str {
@@ -39,7 +40,9 @@ impl OutputTable {
     /// The exact schema written.
     pub fn schema(self) -> SchemaRef {
         let text = |name: &str, nullable: bool| Field::new(name, DataType::Utf8, nullable);
-        let time = |name: &str, nullable: bool| Field::new(name, DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())), nullable);
+        let time = |name: &str, nullable: bool| {
+            Field::new(name, DataType::Timestamp(TimeUnit::Microsecond, Some(UTC.into())), nullable)
+        };
         let fields = match self {
             OutputTable::Discrepancies => vec![
                 text("finding_id", false),
@@ -69,7 +72,11 @@ impl OutputTable {
                 text("action", false),
                 text("command", true),
                 text("reopen_msg_id", true),
-                Field::new("reverse_receipt_ids", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+                Field::new(
+                    "reverse_receipt_ids",
+                    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                    true,
+                ),
                 Field::new("priority", DataType::Int32, false),
                 text("idempotency_key", false),
             ],
@@ -92,18 +99,26 @@ impl OutputTable {
         let mut conformed = Vec::with_capacity(batches.len());
         for batch in batches {
             if batch.num_columns() != schema.fields().len() {
-                return Err(fail(format!("query returned {} columns, expected {}", batch.num_columns(), schema.fields().len())));
+                return Err(fail(format!(
+                    "query returned {} columns, expected {}",
+                    batch.num_columns(),
+                    schema.fields().len()
+                )));
             }
             let mut columns = Vec::with_capacity(batch.num_columns());
             for (field, column) in schema.fields().iter().zip(batch.columns()) {
                 let column = if column.data_type() == field.data_type() {
                     Arc::clone(column)
                 } else {
-                    cast(column, field.data_type()).map_err(|e| fail(format!("column {}: {e}", field.name())))?
+                    cast(column, field.data_type())
+                        .map_err(|e| fail(format!("column {}: {e}", field.name())))?
                 };
                 columns.push(column);
             }
-            conformed.push(RecordBatch::try_new(Arc::clone(&schema), columns).map_err(|e| fail(e.to_string()))?);
+            conformed.push(
+                RecordBatch::try_new(Arc::clone(&schema), columns)
+                    .map_err(|e| fail(e.to_string()))?,
+            );
         }
         concat_batches(&schema, &conformed).map_err(|e| fail(e.to_string()))
     }

@@ -6,8 +6,12 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int32Array, IntervalMonthDayNanoArray, ListBuilder, StringArray, StringBuilder};
-use datafusion::arrow::datatypes::{DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef};
+use datafusion::arrow::array::{
+    ArrayRef, Int32Array, IntervalMonthDayNanoArray, ListBuilder, StringArray, StringBuilder,
+};
+use datafusion::arrow::datatypes::{
+    DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef,
+};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::MemTable;
 use datafusion::prelude::SessionContext;
@@ -25,7 +29,11 @@ pub fn schema() -> SchemaRef {
         Field::new("effect", DataType::Utf8, false),
         Field::new("trigger_event", DataType::Utf8, false),
         Field::new("due_status", DataType::Utf8, false),
-        Field::new("void_statuses", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), false),
+        Field::new(
+            "void_statuses",
+            DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+            false,
+        ),
         Field::new("grace", DataType::Interval(IntervalUnit::MonthDayNano), false),
         Field::new("compensation", DataType::Utf8, false),
         Field::new("priority", DataType::Int32, false),
@@ -45,7 +53,10 @@ pub fn batch(rules: &RuleSet) -> Result<RecordBatch> {
         voids.append(true);
     }
     let grace = IntervalMonthDayNanoArray::from_iter_values(
-        rules.rules.iter().map(|r| IntervalMonthDayNano::new(0, 0, r.grace_micros.saturating_mul(1000))),
+        rules
+            .rules
+            .iter()
+            .map(|r| IntervalMonthDayNano::new(0, 0, r.grace_micros.saturating_mul(1000))),
     );
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_iter_values(1..=rules.rules.len() as i32)),
@@ -57,12 +68,15 @@ pub fn batch(rules: &RuleSet) -> Result<RecordBatch> {
         strings(|r| &r.compensation),
         Arc::new(Int32Array::from_iter_values(rules.rules.iter().map(|r| r.priority))),
     ];
-    RecordBatch::try_new(schema(), columns).map_err(|e| Error::config(&rules.origin, format!("building the rules table: {e}")))
+    RecordBatch::try_new(schema(), columns)
+        .map_err(|e| Error::config(&rules.origin, format!("building the rules table: {e}")))
 }
 
 /// Registers `rules` in the session.
 pub fn register(ctx: &SessionContext, rules: &RuleSet) -> Result<()> {
-    let table = MemTable::try_new(schema(), vec![vec![batch(rules)?]]).map_err(|e| Error::query("registering rules", e))?;
-    ctx.register_table(RULES_TABLE, Arc::new(table)).map_err(|e| Error::query("registering rules", e))?;
+    let table = MemTable::try_new(schema(), vec![vec![batch(rules)?]])
+        .map_err(|e| Error::query("registering rules", e))?;
+    ctx.register_table(RULES_TABLE, Arc::new(table))
+        .map_err(|e| Error::query("registering rules", e))?;
     Ok(())
 }

@@ -68,9 +68,13 @@ impl Summary {
         if self.findings.is_empty() {
             out.push_str("findings: none\n");
         } else {
-            let effect_width = self.findings.iter().map(|f| f.effect.len()).max().unwrap_or(6).max(6);
+            let effect_width =
+                self.findings.iter().map(|f| f.effect.len()).max().unwrap_or(6).max(6);
             let class_width = self.findings.iter().map(|f| f.class.len()).max().unwrap_or(5).max(5);
-            out.push_str(&format!("findings:\n  {:effect_width$}  {:class_width$}  {:>7}  {:>7}\n", "effect", "class", "BREAK", "PENDING"));
+            out.push_str(&format!(
+                "findings:\n  {:effect_width$}  {:class_width$}  {:>7}  {:>7}\n",
+                "effect", "class", "BREAK", "PENDING"
+            ));
             let mut rows: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
             for f in &self.findings {
                 let entry = rows.entry((&f.effect, &f.class)).or_default();
@@ -81,9 +85,17 @@ impl Summary {
                 }
             }
             for ((effect, class), (breaks, pending)) in rows {
-                out.push_str(&format!("  {effect:effect_width$}  {class:class_width$}  {breaks:>7}  {pending:>7}\n"));
+                out.push_str(&format!(
+                    "  {effect:effect_width$}  {class:class_width$}  {breaks:>7}  {pending:>7}\n"
+                ));
             }
-            out.push_str(&format!("  {:effect_width$}  {:class_width$}  {:>7}  {:>7}\n", "total", "", self.breaks(), self.pending()));
+            out.push_str(&format!(
+                "  {:effect_width$}  {:class_width$}  {:>7}  {:>7}\n",
+                "total",
+                "",
+                self.breaks(),
+                self.pending()
+            ));
         }
         let skips: Vec<String> = ["WRONG", "PENDING", "HARMLESS", "CORRECT"]
             .iter()
@@ -110,24 +122,39 @@ impl Summary {
         let sources: Vec<String> = self
             .inputs
             .iter()
-            .filter_map(|(name, rows)| name.strip_prefix("receipts/").map(|source| format!("{source} {rows}")))
+            .filter_map(|(name, rows)| {
+                name.strip_prefix("receipts/").map(|source| format!("{source} {rows}"))
+            })
             .collect();
-        format!("ledger {}, status_history {}, receipts {} ({})", rows("ledger"), rows("status_history"), rows("receipts"), sources.join(", "))
+        format!(
+            "ledger {}, status_history {}, receipts {} ({})",
+            rows("ledger"),
+            rows("status_history"),
+            rows("receipts"),
+            sources.join(", ")
+        )
     }
 }
 
 /// Counts findings by (effect, class, verdict) and by verdict.
-pub fn count_findings(discrepancies: &RecordBatch) -> Result<(Vec<FindingCount>, BTreeMap<String, u64>)> {
+pub fn count_findings(
+    discrepancies: &RecordBatch,
+) -> Result<(Vec<FindingCount>, BTreeMap<String, u64>)> {
     let effect = column(discrepancies, "effect")?;
     let class = column(discrepancies, "class")?;
     let verdict = column(discrepancies, "verdict")?;
     let mut counts: BTreeMap<(String, String, String), u64> = BTreeMap::new();
     let mut verdicts = BTreeMap::new();
     for row in 0..discrepancies.num_rows() {
-        *counts.entry((effect.value(row).into(), class.value(row).into(), verdict.value(row).into())).or_default() += 1;
+        *counts
+            .entry((effect.value(row).into(), class.value(row).into(), verdict.value(row).into()))
+            .or_default() += 1;
         *verdicts.entry(verdict.value(row).to_string()).or_default() += 1;
     }
-    let findings = counts.into_iter().map(|((effect, class, verdict), count)| FindingCount { effect, class, verdict, count }).collect();
+    let findings = counts
+        .into_iter()
+        .map(|((effect, class, verdict), count)| FindingCount { effect, class, verdict, count })
+        .collect();
     Ok((findings, verdicts))
 }
 
@@ -142,8 +169,7 @@ pub fn count_skip_verdicts(skip_verdicts: &RecordBatch) -> Result<BTreeMap<Strin
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray> {
-    batch
-        .column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<StringArray>())
-        .ok_or_else(|| Error::Output { location: "summary".into(), message: format!("column {name} missing") })
+    batch.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<StringArray>()).ok_or_else(
+        || Error::Output { location: "summary".into(), message: format!("column {name} missing") },
+    )
 }

@@ -66,7 +66,11 @@ impl Table {
 
     /// The Arrow schema writers must produce.
     pub fn schema(self) -> SchemaRef {
-        let fields: Vec<Field> = self.columns().iter().map(|c| Field::new(c.name, c.kind.data_type(), c.nullable)).collect();
+        let fields: Vec<Field> = self
+            .columns()
+            .iter()
+            .map(|c| Field::new(c.name, c.kind.data_type(), c.nullable))
+            .collect();
         Arc::new(Schema::new(fields))
     }
 }
@@ -108,7 +112,9 @@ impl ColumnKind {
     /// Whether a reader accepts `found` for this kind.
     pub fn accepts(self, found: &DataType) -> bool {
         match self {
-            ColumnKind::Text => matches!(found, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View),
+            ColumnKind::Text => {
+                matches!(found, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+            }
             ColumnKind::Int64 => found == &DataType::Int64,
             ColumnKind::Int32 => found == &DataType::Int32,
             ColumnKind::Timestamp => matches!(found, DataType::Timestamp(_, _)),

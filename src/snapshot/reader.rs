@@ -16,10 +16,12 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::datasource::MemTable;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::datasource::MemTable;
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
@@ -55,24 +57,35 @@ impl Snapshot {
         let bytes = location.read_optional(MANIFEST).await?.ok_or_else(|| {
             err("no manifest.json: not a snapshot, or an incomplete one (the manifest is written last)".into())
         })?;
-        let manifest: SnapshotManifest =
-            serde_json::from_slice(&bytes).map_err(|e| err(format!("manifest.json is not a valid snapshot manifest: {e}")))?;
+        let manifest: SnapshotManifest = serde_json::from_slice(&bytes)
+            .map_err(|e| err(format!("manifest.json is not a valid snapshot manifest: {e}")))?;
         if manifest.format != SNAPSHOT_FORMAT {
-            return Err(err(format!("manifest.json has format '{}', expected '{SNAPSHOT_FORMAT}'", manifest.format)));
+            return Err(err(format!(
+                "manifest.json has format '{}', expected '{SNAPSHOT_FORMAT}'",
+                manifest.format
+            )));
         }
-        let cut = parse_instant(&manifest.cut).map_err(|e| err(format!("manifest.json cut: {e}")))?;
+        let cut =
+            parse_instant(&manifest.cut).map_err(|e| err(format!("manifest.json cut: {e}")))?;
         for name in manifest.tables.keys() {
             if Table::from_name(name).is_none() {
                 return Err(err(format!("manifest.json lists unknown table '{name}'")));
             }
         }
         for table in Table::ALL {
-            let files = manifest.tables.get(table.name()).map(|t| t.files.as_slice()).unwrap_or_default();
+            let files =
+                manifest.tables.get(table.name()).map(|t| t.files.as_slice()).unwrap_or_default();
             if files.is_empty() {
-                return Err(err(format!("manifest.json lists no files for table '{}'", table.name())));
+                return Err(err(format!(
+                    "manifest.json lists no files for table '{}'",
+                    table.name()
+                )));
             }
             for file in files {
-                check_path(table, &file.path).map_err(|m| Error::SnapshotFile { file: location.display(&file.path), message: m })?;
+                check_path(table, &file.path).map_err(|m| Error::SnapshotFile {
+                    file: location.display(&file.path),
+                    message: m,
+                })?;
             }
         }
         Ok(Snapshot { location: location.clone(), manifest, cut })
@@ -124,7 +137,8 @@ impl Snapshot {
             ctx.register_table(table.name(), frame.into_view())
                 .map_err(|e| Error::query(format!("registering table {}", table.name()), e))?;
         }
-        check_unique_msg_ids(ctx, stats.rows.get(Table::Ledger.name()).copied().unwrap_or(0)).await?;
+        check_unique_msg_ids(ctx, stats.rows.get(Table::Ledger.name()).copied().unwrap_or(0))
+            .await?;
         Ok(stats)
     }
 
@@ -135,25 +149,46 @@ impl Snapshot {
         let path = self.location.path(&file.path);
         let meta = match self.location.store().head(&path).await {
             Ok(meta) => meta,
-            Err(object_store::Error::NotFound { .. }) => return Err(fail("listed in manifest.json but absent".into())),
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(fail("listed in manifest.json but absent".into()))
+            }
             Err(e) => return Err(Error::store(&shown, e)),
         };
-        let reader = ParquetObjectReader::new(Arc::clone(self.location.store()), path).with_file_size(meta.size);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| fail(format!("unreadable Parquet: {e}")))?;
+        let reader = ParquetObjectReader::new(Arc::clone(self.location.store()), path)
+            .with_file_size(meta.size);
+        let builder = ParquetRecordBatchStreamBuilder::new(reader)
+            .await
+            .map_err(|e| fail(format!("unreadable Parquet: {e}")))?;
         let rows = builder.metadata().file_metadata().num_rows();
         if rows < 0 || rows as u64 != file.rows {
             return Err(fail(format!("holds {rows} rows but manifest.json says {}", file.rows)));
         }
         let schema = Arc::clone(builder.schema());
         for spec in table.columns() {
-            let column_error = |message: String| Error::Column { file: shown.clone(), column: spec.name.to_string(), message };
-            let field = schema.field_with_name(spec.name).map_err(|_| column_error(format!("missing (table {} needs it)", table.name())))?;
+            let column_error = |message: String| Error::Column {
+                file: shown.clone(),
+                column: spec.name.to_string(),
+                message,
+            };
+            let field = schema
+                .field_with_name(spec.name)
+                .map_err(|_| column_error(format!("missing (table {} needs it)", table.name())))?;
             if !spec.kind.accepts(field.data_type()) {
-                return Err(column_error(format!("has type {}, expected {}", field.data_type(), spec.kind.describe())));
+                return Err(column_error(format!(
+                    "has type {}, expected {}",
+                    field.data_type(),
+                    spec.kind.describe()
+                )));
             }
             if !spec.nullable && field.is_nullable() {
-                if let Some(row) = first_null_row(&builder, &self.location, &file.path, meta.size, spec).await.map_err(fail)? {
-                    return Err(column_error(format!("row {row} is NULL; the column must not be NULL")));
+                if let Some(row) =
+                    first_null_row(&builder, &self.location, &file.path, meta.size, spec)
+                        .await
+                        .map_err(fail)?
+                {
+                    return Err(column_error(format!(
+                        "row {row} is NULL; the column must not be NULL"
+                    )));
                 }
             }
         }
@@ -161,21 +196,37 @@ impl Snapshot {
     }
 
     /// One DataFrame over all files of `table`, normalised to the contract types.
-    async fn table_frame(&self, ctx: &SessionContext, table: Table, groups: Vec<(SchemaRef, Vec<String>)>) -> Result<DataFrame> {
+    async fn table_frame(
+        &self,
+        ctx: &SessionContext,
+        table: Table,
+        groups: Vec<(SchemaRef, Vec<String>)>,
+    ) -> Result<DataFrame> {
         let context = |e| Error::query(format!("reading table {}", table.name()), e);
         let mut frames = Vec::new();
         for (schema, urls) in groups {
-            let paths = urls.iter().map(ListingTableUrl::parse).collect::<Result<Vec<_>, _>>().map_err(context)?;
-            let options = ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+            let paths = urls
+                .iter()
+                .map(ListingTableUrl::parse)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(context)?;
+            let options = ListingOptions::new(Arc::new(ParquetFormat::default()))
+                .with_file_extension(".parquet");
             let scan_schema = with_view_strings(&schema);
-            let config = ListingTableConfig::new_with_multi_paths(paths).with_listing_options(options).with_schema(Arc::clone(&scan_schema));
+            let config = ListingTableConfig::new_with_multi_paths(paths)
+                .with_listing_options(options)
+                .with_schema(Arc::clone(&scan_schema));
             let provider = ListingTable::try_new(config).map_err(context)?;
             let frame = ctx.read_table(Arc::new(provider)).map_err(context)?;
-            let columns: Vec<Expr> = table.columns().iter().map(|spec| normalised(&scan_schema, spec)).collect();
+            let columns: Vec<Expr> =
+                table.columns().iter().map(|spec| normalised(&scan_schema, spec)).collect();
             frames.push(frame.select(columns).map_err(context)?);
         }
         let mut frames = frames.into_iter();
-        let first = frames.next().ok_or_else(|| Error::Snapshot { location: self.location.display(""), message: format!("no files for {}", table.name()) })?;
+        let first = frames.next().ok_or_else(|| Error::Snapshot {
+            location: self.location.display(""),
+            message: format!("no files for {}", table.name()),
+        })?;
         frames.try_fold(first, |all, next| all.union(next).map_err(context))
     }
 }
@@ -195,7 +246,11 @@ pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
             return Err(Error::Column {
                 file: table.name().into(),
                 column: spec.name.into(),
-                message: format!("has type {}, expected {}", field.data_type(), spec.kind.describe()),
+                message: format!(
+                    "has type {}, expected {}",
+                    field.data_type(),
+                    spec.kind.describe()
+                ),
             });
         }
     }
@@ -210,7 +265,10 @@ fn check_path(table: Table, path: &str) -> Result<(), String> {
     }
     let folder = format!("{}/", table.name());
     if !path.starts_with(&folder) {
-        return Err(format!("listed under table '{}' but not in its folder {folder}", table.name()));
+        return Err(format!(
+            "listed under table '{}' but not in its folder {folder}",
+            table.name()
+        ));
     }
     if table == Table::Receipts && path.split('/').count() < 3 {
         return Err("receipt files live in receipts/<source>/".into());
@@ -221,7 +279,10 @@ fn check_path(table: Table, path: &str) -> Result<(), String> {
 /// Two file schemas can share one scan when their column types agree.
 fn same_types(a: &Schema, b: &Schema) -> bool {
     a.fields().len() == b.fields().len()
-        && a.fields().iter().zip(b.fields()).all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
+        && a.fields()
+            .iter()
+            .zip(b.fields())
+            .all(|(x, y)| x.name() == y.name() && x.data_type() == y.data_type())
 }
 
 /// The file schema with every string column read as Utf8View (see `ColumnKind::session_type`).
@@ -230,7 +291,9 @@ fn with_view_strings(schema: &Schema) -> SchemaRef {
         .fields()
         .iter()
         .map(|f| match f.data_type() {
-            DataType::Utf8 | DataType::LargeUtf8 => f.as_ref().clone().with_data_type(DataType::Utf8View),
+            DataType::Utf8 | DataType::LargeUtf8 => {
+                f.as_ref().clone().with_data_type(DataType::Utf8View)
+            }
             _ => f.as_ref().clone(),
         })
         .collect();
@@ -240,7 +303,8 @@ fn with_view_strings(schema: &Schema) -> SchemaRef {
 /// The column cast to the session type when the file uses another accepted type.
 fn normalised(schema: &Schema, spec: &ColumnSpec) -> Expr {
     let wanted = spec.kind.session_type();
-    let found = schema.field_with_name(spec.name).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
+    let found =
+        schema.field_with_name(spec.name).map(|f| f.data_type().clone()).unwrap_or(DataType::Null);
     if found == wanted {
         ident(spec.name)
     } else {
@@ -260,17 +324,24 @@ async fn first_null_row(
     let metadata = builder.metadata();
     let Some(index) = builder.schema().index_of(spec.name).ok() else { return Ok(None) };
     let stats_say_none = metadata.row_groups().iter().all(|rg| {
-        rg.columns().get(index).and_then(|c| c.statistics()).and_then(|s| s.null_count_opt()) == Some(0)
+        rg.columns().get(index).and_then(|c| c.statistics()).and_then(|s| s.null_count_opt())
+            == Some(0)
     });
     if stats_say_none {
         return Ok(None);
     }
-    let reader = ParquetObjectReader::new(Arc::clone(location.store()), location.path(relative)).with_file_size(size);
-    let scan = ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let reader = ParquetObjectReader::new(Arc::clone(location.store()), location.path(relative))
+        .with_file_size(size);
+    let scan = ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(|e| format!("unreadable Parquet: {e}"))?;
     let mask = ProjectionMask::roots(scan.parquet_schema(), [index]);
-    let mut stream = scan.with_projection(mask).build().map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let mut stream =
+        scan.with_projection(mask).build().map_err(|e| format!("unreadable Parquet: {e}"))?;
     let mut row = 0u64;
-    while let Some(batch) = stream.try_next().await.map_err(|e| format!("unreadable Parquet: {e}"))? {
+    while let Some(batch) =
+        stream.try_next().await.map_err(|e| format!("unreadable Parquet: {e}"))?
+    {
         let column = batch.column(0);
         if column.null_count() > 0 {
             let offset = (0..column.len()).find(|&i| column.is_null(i)).unwrap_or(0);
@@ -287,8 +358,13 @@ async fn first_null_row(
 /// the strings); only when a hash repeats are the strings behind it compared exactly.
 async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<()> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
-    let mut stream = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[]).await?.execute_stream().await.map_err(context)?;
-    let mut seen: HashSet<u64, BuildHasherDefault<PrehashedKey>> = HashSet::with_capacity_and_hasher(ledger_rows as usize, Default::default());
+    let mut stream = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[])
+        .await?
+        .execute_stream()
+        .await
+        .map_err(context)?;
+    let mut seen: HashSet<u64, BuildHasherDefault<PrehashedKey>> =
+        HashSet::with_capacity_and_hasher(ledger_rows as usize, Default::default());
     let mut repeated: Vec<u64> = Vec::new();
     while let Some(batch) = stream.try_next().await.map_err(context)? {
         let hashes = batch.column(0).as_primitive::<UInt64Type>();
@@ -298,7 +374,9 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     if repeated.is_empty() {
         return Ok(());
     }
-    let repeated = RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)]).map_err(|e| context(e.into()))?;
+    let repeated =
+        RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)])
+            .map_err(|e| context(e.into()))?;
     let table = MemTable::try_new(repeated.schema(), vec![vec![repeated]]).map_err(context)?;
     ctx.register_table("repeated_key_hashes", Arc::new(table)).map_err(context)?;
     let batches = crate::queries::collect(ctx, crate::queries::DUPLICATE_MSG_IDS, &[]).await?;
@@ -309,7 +387,11 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     Err(Error::Column {
         file: "ledger".into(),
         column: "msg_id".into(),
-        message: format!("duplicate msg_id '{}' ({} rows); msg_id must be unique", ids.value(0), counts.value(0)),
+        message: format!(
+            "duplicate msg_id '{}' ({} rows); msg_id must be unique",
+            ids.value(0),
+            counts.value(0)
+        ),
     })
 }
 

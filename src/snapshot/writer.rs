@@ -31,7 +31,12 @@ impl SnapshotWriter {
                 message: "already holds a complete snapshot (manifest.json exists); choose another folder".into(),
             });
         }
-        Ok(SnapshotWriter { location: location.clone(), cut, created_by: created_by.to_string(), files: BTreeMap::new() })
+        Ok(SnapshotWriter {
+            location: location.clone(),
+            cut,
+            created_by: created_by.to_string(),
+            files: BTreeMap::new(),
+        })
     }
 
     /// The folder being written.
@@ -49,11 +54,15 @@ impl SnapshotWriter {
     /// file names (`ledger/<source>-part-00000.parquet`) so several sources can share a table.
     pub fn table(&self, table: Table, source: Option<&str>) -> TableWriter {
         let parts = match (table, source) {
-            (Table::Receipts, source) => {
-                PartWriter::new(&self.location, &format!("receipts/{}", source.unwrap_or("default")), table.schema())
-            }
+            (Table::Receipts, source) => PartWriter::new(
+                &self.location,
+                &format!("receipts/{}", source.unwrap_or("default")),
+                table.schema(),
+            ),
             (other, None) => PartWriter::new(&self.location, other.name(), table.schema()),
-            (other, Some(source)) => PartWriter::new(&self.location, other.name(), table.schema()).with_file_stem(source),
+            (other, Some(source)) => {
+                PartWriter::new(&self.location, other.name(), table.schema()).with_file_stem(source)
+            }
         };
         TableWriter { table, parts }
     }
@@ -76,9 +85,17 @@ impl SnapshotWriter {
             tables,
             created_by: Some(self.created_by.clone()),
         };
-        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output { location: self.location.display(MANIFEST), message: e.to_string() })?;
+        let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
+            location: self.location.display(MANIFEST),
+            message: e.to_string(),
+        })?;
         if !self.location.create(MANIFEST, Bytes::from(json)).await? {
-            return Err(Error::Snapshot { location: self.location.display(""), message: "manifest.json appeared while writing; another writer is using this folder".into() });
+            return Err(Error::Snapshot {
+                location: self.location.display(""),
+                message:
+                    "manifest.json appeared while writing; another writer is using this folder"
+                        .into(),
+            });
         }
         Ok(manifest)
     }

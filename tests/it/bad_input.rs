@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use effect_recon::config::RuleSet;
-use effect_recon::datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
+use effect_recon::datafusion::arrow::array::{
+    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray,
+};
 use effect_recon::datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use effect_recon::datafusion::parquet::arrow::ArrowWriter;
 use std::sync::Arc;
@@ -28,14 +30,20 @@ async fn run_error(snapshot: &Path) -> String {
     run_error_with(snapshot, |_| {}).await
 }
 
-async fn run_error_with(snapshot: &Path, adjust: impl FnOnce(&mut effect_recon::recon::RunPlan)) -> String {
+async fn run_error_with(
+    snapshot: &Path,
+    adjust: impl FnOnce(&mut effect_recon::recon::RunPlan),
+) -> String {
     let out_dir = tempfile::tempdir().unwrap();
     let out = effect_recon::storage::Location::parse(out_dir.path().to_str().unwrap()).unwrap();
     let location = effect_recon::storage::Location::parse(snapshot.to_str().unwrap()).unwrap();
     let mut plan = plan(&location, &out);
     adjust(&mut plan);
     let err = run(&plan).await.expect_err("bad input must fail");
-    let manifests: Vec<_> = tree_bytes(out_dir.path()).into_iter().filter(|(n, _)| n.ends_with("manifest.json")).collect();
+    let manifests: Vec<_> = tree_bytes(out_dir.path())
+        .into_iter()
+        .filter(|(n, _)| n.ends_with("manifest.json"))
+        .collect();
     assert!(manifests.is_empty(), "a failed run wrote a manifest");
     err.to_string()
 }
@@ -49,7 +57,8 @@ fn replace_ledger(snapshot: &Path, batch: &RecordBatch) {
     writer.close().unwrap();
     std::fs::write(&path, &bytes).unwrap();
     let manifest_path = snapshot.join("manifest.json");
-    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     manifest["tables"]["ledger"]["files"][0]["rows"] = serde_json::json!(batch.num_rows());
     std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
 }
@@ -57,7 +66,8 @@ fn replace_ledger(snapshot: &Path, batch: &RecordBatch) {
 /// A one-row ledger batch; `change` may swap columns and fields.
 fn ledger_batch(change: impl FnOnce(&mut Vec<Field>, &mut Vec<ArrayRef>)) -> RecordBatch {
     let schema = effect_recon::snapshot::Table::Ledger.schema();
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
+    let mut fields: Vec<Field> =
+        schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
     let text = |v: &str| Arc::new(StringArray::from(vec![Some(v), Some(v)])) as ArrayRef;
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec!["m-1", "m-2"])),
@@ -96,40 +106,59 @@ async fn listed_file_absent() {
 #[tokio::test]
 async fn listed_file_unreadable() {
     let (_dir, snapshot) = copy_tiny();
-    std::fs::write(snapshot.join("receipts/wms/part-00000.parquet"), b"not parquet at all").unwrap();
+    std::fs::write(snapshot.join("receipts/wms/part-00000.parquet"), b"not parquet at all")
+        .unwrap();
     let err = run_error(&snapshot).await;
-    assert!(err.contains("receipts/wms/part-00000.parquet") && err.contains("unreadable Parquet"), "{err}");
+    assert!(
+        err.contains("receipts/wms/part-00000.parquet") && err.contains("unreadable Parquet"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn row_count_differs_from_manifest() {
     let (_dir, snapshot) = copy_tiny();
     let manifest_path = snapshot.join("manifest.json");
-    let mut manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
+    let mut manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_path).unwrap()).unwrap();
     manifest["tables"]["status_history"]["files"][0]["rows"] = serde_json::json!(999);
     std::fs::write(&manifest_path, serde_json::to_vec(&manifest).unwrap()).unwrap();
     let err = run_error(&snapshot).await;
-    assert!(err.contains("status_history/part-00000.parquet") && err.contains("manifest.json says 999"), "{err}");
+    assert!(
+        err.contains("status_history/part-00000.parquet") && err.contains("manifest.json says 999"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn column_with_wrong_type() {
     let (_dir, snapshot) = copy_tiny();
-    replace_ledger(&snapshot, &ledger_batch(|fields, columns| {
-        fields[1] = Field::new("order_id", DataType::Utf8, true);
-        columns[1] = Arc::new(StringArray::from(vec!["1", "2"]));
-    }));
+    replace_ledger(
+        &snapshot,
+        &ledger_batch(|fields, columns| {
+            fields[1] = Field::new("order_id", DataType::Utf8, true);
+            columns[1] = Arc::new(StringArray::from(vec!["1", "2"]));
+        }),
+    );
     let err = run_error(&snapshot).await;
-    assert!(err.contains("ledger/part-00000.parquet") && err.contains("column order_id") && err.contains("expected Int64"), "{err}");
+    assert!(
+        err.contains("ledger/part-00000.parquet")
+            && err.contains("column order_id")
+            && err.contains("expected Int64"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn column_missing() {
     let (_dir, snapshot) = copy_tiny();
-    replace_ledger(&snapshot, &ledger_batch(|fields, columns| {
-        fields.remove(4);
-        columns.remove(4);
-    }));
+    replace_ledger(
+        &snapshot,
+        &ledger_batch(|fields, columns| {
+            fields.remove(4);
+            columns.remove(4);
+        }),
+    );
     let err = run_error(&snapshot).await;
     assert!(err.contains("column action") && err.contains("missing"), "{err}");
 }
@@ -137,7 +166,10 @@ async fn column_missing() {
 #[tokio::test]
 async fn null_order_id() {
     let (_dir, snapshot) = copy_tiny();
-    replace_ledger(&snapshot, &ledger_batch(|_, columns| columns[1] = Arc::new(Int64Array::from(vec![Some(1), None]))));
+    replace_ledger(
+        &snapshot,
+        &ledger_batch(|_, columns| columns[1] = Arc::new(Int64Array::from(vec![Some(1), None]))),
+    );
     let err = run_error(&snapshot).await;
     assert!(err.contains("column order_id") && err.contains("row 1 is NULL"), "{err}");
 }
@@ -145,7 +177,12 @@ async fn null_order_id() {
 #[tokio::test]
 async fn null_msg_id() {
     let (_dir, snapshot) = copy_tiny();
-    replace_ledger(&snapshot, &ledger_batch(|_, columns| columns[0] = Arc::new(StringArray::from(vec![None, Some("m-2")]))));
+    replace_ledger(
+        &snapshot,
+        &ledger_batch(|_, columns| {
+            columns[0] = Arc::new(StringArray::from(vec![None, Some("m-2")]))
+        }),
+    );
     let err = run_error(&snapshot).await;
     assert!(err.contains("column msg_id") && err.contains("row 0 is NULL"), "{err}");
 }
@@ -153,7 +190,10 @@ async fn null_msg_id() {
 #[tokio::test]
 async fn duplicate_msg_id() {
     let (_dir, snapshot) = copy_tiny();
-    replace_ledger(&snapshot, &ledger_batch(|_, columns| columns[0] = Arc::new(StringArray::from(vec!["m-1", "m-1"]))));
+    replace_ledger(
+        &snapshot,
+        &ledger_batch(|_, columns| columns[0] = Arc::new(StringArray::from(vec!["m-1", "m-1"]))),
+    );
     let err = run_error(&snapshot).await;
     assert!(err.contains("duplicate msg_id 'm-1'") && err.contains("2 rows"), "{err}");
 }
@@ -178,7 +218,10 @@ const GOOD_RULE: &str = "[[rule]]\neffect='points_grant'\ntrigger_event='ORDER_P
 #[test]
 fn unknown_rule_field() {
     let err = rules_error(&format!("{GOOD_RULE}colour='red'\n"));
-    assert!(err.contains("bad-rules.toml") && err.contains("unknown field") && err.contains("colour"), "{err}");
+    assert!(
+        err.contains("bad-rules.toml") && err.contains("unknown field") && err.contains("colour"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -190,7 +233,10 @@ fn bad_grace() {
 #[test]
 fn two_rules_for_one_effect() {
     let err = rules_error(&format!("{GOOD_RULE}{GOOD_RULE}"));
-    assert!(err.contains("rule 2") && err.contains("points_grant") && err.contains("two rules"), "{err}");
+    assert!(
+        err.contains("rule 2") && err.contains("points_grant") && err.contains("two rules"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -213,8 +259,15 @@ async fn cut_after_the_snapshot_cut() {
 
 #[tokio::test]
 async fn memory_limit_too_small_is_a_clear_error_not_an_abort() {
-    let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| plan.session.memory_limit = Some(1024)).await;
-    assert!(err.contains("out of memory under --memory-limit") && err.contains("hint: raise --memory-limit"), "{err}");
+    let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| {
+        plan.session.memory_limit = Some(1024)
+    })
+    .await;
+    assert!(
+        err.contains("out of memory under --memory-limit")
+            && err.contains("hint: raise --memory-limit"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -233,20 +286,35 @@ async fn files_the_manifest_does_not_list_are_never_read() {
 
 #[tokio::test]
 async fn large_and_view_strings_and_zoned_nanosecond_timestamps_are_accepted() {
-    use effect_recon::datafusion::arrow::array::{LargeStringArray, StringViewArray, TimestampNanosecondArray};
+    use effect_recon::datafusion::arrow::array::{
+        LargeStringArray, StringViewArray, TimestampNanosecondArray,
+    };
     let (_dir, snapshot) = copy_tiny();
-    replace_ledger(&snapshot, &ledger_batch(|fields, columns| {
-        fields[0] = Field::new("msg_id", DataType::LargeUtf8, false);
-        columns[0] = Arc::new(LargeStringArray::from(vec!["m-1", "m-2"]));
-        fields[2] = Field::new("event_type", DataType::Utf8View, false);
-        columns[2] = Arc::new(StringViewArray::from(vec!["ORDER_PAID", "ORDER_PAID"]));
-        columns[4] = Arc::new(StringArray::from(vec!["SKIPPED", "SKIPPED"]));
-        // 2026-11-29T23:50+08:00 = 15:50Z (10 minutes before the cut: PENDING) and
-        // 2026-11-29T18:00+08:00 = 10:00Z (CORRECT). Read as wall times in UTC, the first
-        // would fall after the cut and get no verdict.
-        fields[10] = Field::new("decided_at", DataType::Timestamp(TimeUnit::Nanosecond, Some("+08:00".into())), false);
-        columns[10] = Arc::new(TimestampNanosecondArray::from(vec![1_795_967_400_000_000_000, 1_795_946_400_000_000_001]).with_timezone("+08:00"));
-    }));
+    replace_ledger(
+        &snapshot,
+        &ledger_batch(|fields, columns| {
+            fields[0] = Field::new("msg_id", DataType::LargeUtf8, false);
+            columns[0] = Arc::new(LargeStringArray::from(vec!["m-1", "m-2"]));
+            fields[2] = Field::new("event_type", DataType::Utf8View, false);
+            columns[2] = Arc::new(StringViewArray::from(vec!["ORDER_PAID", "ORDER_PAID"]));
+            columns[4] = Arc::new(StringArray::from(vec!["SKIPPED", "SKIPPED"]));
+            // 2026-11-29T23:50+08:00 = 15:50Z (10 minutes before the cut: PENDING) and
+            // 2026-11-29T18:00+08:00 = 10:00Z (CORRECT). Read as wall times in UTC, the first
+            // would fall after the cut and get no verdict.
+            fields[10] = Field::new(
+                "decided_at",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("+08:00".into())),
+                false,
+            );
+            columns[10] = Arc::new(
+                TimestampNanosecondArray::from(vec![
+                    1_795_967_400_000_000_000,
+                    1_795_946_400_000_000_001,
+                ])
+                .with_timezone("+08:00"),
+            );
+        }),
+    );
     let out_dir = tempfile::tempdir().unwrap();
     let out = effect_recon::storage::Location::parse(out_dir.path().to_str().unwrap()).unwrap();
     let location = effect_recon::storage::Location::parse(snapshot.to_str().unwrap()).unwrap();

@@ -9,18 +9,25 @@ fn effect_recon(args: &[&str]) -> Output {
 }
 
 fn text(output: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&output.stdout).into_owned(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[test]
 fn run_exits_1_on_breaks_only_when_asked_and_prints_the_summary() {
     let out = tempfile::tempdir().unwrap();
     let snapshot = repo("fixtures/tiny/snapshot");
-    let args = ["run", "--snapshot", snapshot.to_str().unwrap(), "--out", out.path().to_str().unwrap()];
+    let args =
+        ["run", "--snapshot", snapshot.to_str().unwrap(), "--out", out.path().to_str().unwrap()];
     let first = effect_recon(&args);
     let (stdout, stderr) = text(&first);
     assert_eq!(first.status.code(), Some(0), "{stdout}{stderr}");
-    assert!(stdout.contains("SKIPPED_BUT_DUE") && stdout.contains("skip verdicts: WRONG 3"), "{stdout}");
+    assert!(
+        stdout.contains("SKIPPED_BUT_DUE") && stdout.contains("skip verdicts: WRONG 3"),
+        "{stdout}"
+    );
     assert!(stderr.contains("validated snapshot"), "progress goes to stderr: {stderr}");
 
     let mut again: Vec<&str> = args.to_vec();
@@ -36,10 +43,19 @@ fn run_exits_1_on_breaks_only_when_asked_and_prints_the_summary() {
 #[test]
 fn run_on_a_missing_snapshot_exits_2_with_a_clear_message() {
     let out = tempfile::tempdir().unwrap();
-    let output = effect_recon(&["run", "--snapshot", "/nonexistent/snapshot", "--out", out.path().to_str().unwrap()]);
+    let output = effect_recon(&[
+        "run",
+        "--snapshot",
+        "/nonexistent/snapshot",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr.contains("/nonexistent/snapshot") && stderr.contains("no manifest.json"), "{stderr}");
+    assert!(
+        stderr.contains("/nonexistent/snapshot") && stderr.contains("no manifest.json"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -47,7 +63,12 @@ fn sql_queries_snapshot_and_run_outputs_in_every_format() {
     let out = tempfile::tempdir().unwrap();
     let snapshot = repo("fixtures/tiny/snapshot");
     let snapshot = snapshot.to_str().unwrap();
-    assert_eq!(effect_recon(&["run", "-q", "--snapshot", snapshot, "--out", out.path().to_str().unwrap()]).status.code(), Some(0));
+    assert_eq!(
+        effect_recon(&["run", "-q", "--snapshot", snapshot, "--out", out.path().to_str().unwrap()])
+            .status
+            .code(),
+        Some(0)
+    );
     let run = out.path().join("run=20261129T160000Z");
     let run = run.to_str().unwrap();
     let query = "SELECT class, count(*) AS n FROM discrepancies WHERE verdict = 'BREAK' GROUP BY class ORDER BY class";
@@ -57,14 +78,42 @@ fn sql_queries_snapshot_and_run_outputs_in_every_format() {
     assert_eq!(table.status.code(), Some(0), "{stderr}");
     assert!(stdout.contains("| SKIPPED_BUT_DUE  | 4 |"), "{stdout}");
 
-    let csv = effect_recon(&["sql", "--snapshot", snapshot, "--run", run, "--format", "csv", "-c", query]);
+    let csv = effect_recon(&[
+        "sql",
+        "--snapshot",
+        snapshot,
+        "--run",
+        run,
+        "--format",
+        "csv",
+        "-c",
+        query,
+    ]);
     assert!(text(&csv).0.starts_with("class,n\nDONE_NO_RECEIPT,2\n"), "{}", text(&csv).0);
 
-    let json = effect_recon(&["sql", "--snapshot", snapshot, "--format", "json", "-c", "SELECT count(*) AS n FROM ledger"]);
+    let json = effect_recon(&[
+        "sql",
+        "--snapshot",
+        snapshot,
+        "--format",
+        "json",
+        "-c",
+        "SELECT count(*) AS n FROM ledger",
+    ]);
     assert_eq!(text(&json).0.trim(), r#"{"n":25}"#);
 
     let parquet = out.path().join("result.parquet");
-    let written = effect_recon(&["sql", "--snapshot", snapshot, "--format", "parquet", "-o", parquet.to_str().unwrap(), "-c", "SELECT * FROM ledger ORDER BY msg_id"]);
+    let written = effect_recon(&[
+        "sql",
+        "--snapshot",
+        snapshot,
+        "--format",
+        "parquet",
+        "-o",
+        parquet.to_str().unwrap(),
+        "-c",
+        "SELECT * FROM ledger ORDER BY msg_id",
+    ]);
     assert_eq!(written.status.code(), Some(0), "{}", text(&written).1);
     assert!(std::fs::read(&parquet).unwrap().starts_with(b"PAR1"));
 }
@@ -79,7 +128,8 @@ fn sql_refuses_to_change_anything() {
         "DROP TABLE ledger",
         "SET datafusion.execution.batch_size = 1",
     ] {
-        let output = effect_recon(&["sql", "--snapshot", snapshot.to_str().unwrap(), "-c", statement]);
+        let output =
+            effect_recon(&["sql", "--snapshot", snapshot.to_str().unwrap(), "-c", statement]);
         let (_, stderr) = text(&output);
         assert_eq!(output.status.code(), Some(2), "{statement}: {stderr}");
         assert!(stderr.contains("read-only"), "{statement}: {stderr}");
@@ -103,11 +153,17 @@ fn demo_goes_through_sqlite_and_the_nightly_job_and_equals_the_truth() {
         let output = effect_recon(&["demo", "--orders", "3000", "--dir", demo.to_str().unwrap()]);
         let (stdout, stderr) = text(&output);
         assert_eq!(output.status.code(), Some(0), "attempt {attempt}: {stdout}{stderr}");
-        assert!(stderr.contains("demo: loaded") && stderr.contains("nightly: export done"), "{stderr}");
+        assert!(
+            stderr.contains("demo: loaded") && stderr.contains("nightly: export done"),
+            "{stderr}"
+        );
         assert!(stdout.contains("verify: the run equals the truth exactly"), "{stdout}");
         assert!(stdout.contains("effect-recon sql --snapshot"), "{stdout}");
     }
-    assert!(demo.join("fulfilment.db").exists() && demo.join("recon/run=20261129T160000Z/manifest.json").exists());
+    assert!(
+        demo.join("fulfilment.db").exists()
+            && demo.join("recon/run=20261129T160000Z/manifest.json").exists()
+    );
 }
 
 #[test]

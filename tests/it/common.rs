@@ -35,15 +35,20 @@ pub fn temp_location() -> (tempfile::TempDir, Location) {
 /// Builds a snapshot at `out` from the CSV files of `csv_dir` (`ledger.csv`,
 /// `status_history.csv`, `receipts_<source>.csv`), through the same writer as gen/export.
 pub async fn snapshot_from_csv(csv_dir: &Path, out: &Location, cut: &str) {
-    let mut writer = SnapshotWriter::create(out, parse_instant(cut).unwrap(), "tests").await.unwrap();
-    let mut entries: Vec<_> = std::fs::read_dir(csv_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut writer =
+        SnapshotWriter::create(out, parse_instant(cut).unwrap(), "tests").await.unwrap();
+    let mut entries: Vec<_> =
+        std::fs::read_dir(csv_dir).unwrap().map(|e| e.unwrap().path()).collect();
     entries.sort();
     for path in entries {
         let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
         let (table, source) = match stem.as_str() {
             "ledger" => (Table::Ledger, None),
             "status_history" => (Table::StatusHistory, None),
-            other => (Table::Receipts, Some(other.strip_prefix("receipts_").expect("receipts_<source>.csv").to_string())),
+            other => (
+                Table::Receipts,
+                Some(other.strip_prefix("receipts_").expect("receipts_<source>.csv").to_string()),
+            ),
         };
         let mut table_writer = writer.table(table, source.as_deref());
         for batch in read_csv(&path, table) {
@@ -72,7 +77,11 @@ pub fn plan(snapshot: &Location, out: &Location) -> RunPlan {
         since: None,
         run_id: None,
         replace: false,
-        session: SessionOptions { target_partitions: 2, batch_size: 8192, ..SessionOptions::default() },
+        session: SessionOptions {
+            target_partitions: 2,
+            batch_size: 8192,
+            ..SessionOptions::default()
+        },
         explain: false,
     }
 }
@@ -84,7 +93,8 @@ pub async fn run(plan: &RunPlan) -> effect_recon::Result<RunReport> {
 
 /// Reads every Parquet file of one output table of a run folder, in file order.
 pub fn read_output(run_folder: &Path, table: &str) -> Vec<RecordBatch> {
-    let mut files: Vec<_> = std::fs::read_dir(run_folder.join(table)).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(run_folder.join(table)).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     let mut batches = Vec::new();
     for file in files {
@@ -98,11 +108,16 @@ pub fn read_output(run_folder: &Path, table: &str) -> Vec<RecordBatch> {
 pub fn psv(batches: &[RecordBatch]) -> String {
     let Some(first) = batches.first() else { return String::new() };
     let schema = first.schema();
-    let mut out: String = schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join("|");
+    let mut out: String =
+        schema.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join("|");
     out.push('\n');
     let options = FormatOptions::default().with_null("");
     for batch in batches {
-        let formatters: Vec<_> = batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap()).collect();
+        let formatters: Vec<_> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
         for row in 0..batch.num_rows() {
             let cells: Vec<String> = formatters.iter().map(|f| f.value(row).to_string()).collect();
             out.push_str(&cells.join("|"));
@@ -122,7 +137,10 @@ pub fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
             if path.is_dir() {
                 stack.push(path);
             } else {
-                out.push((path.strip_prefix(dir).unwrap().display().to_string(), std::fs::read(&path).unwrap()));
+                out.push((
+                    path.strip_prefix(dir).unwrap().display().to_string(),
+                    std::fs::read(&path).unwrap(),
+                ));
             }
         }
     }

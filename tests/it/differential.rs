@@ -16,12 +16,20 @@ async fn outputs_do_not_depend_on_batch_size_or_partitions() {
     let cut = parse_instant(TINY_CUT).unwrap();
     let window = Window::resolve(cut, None, None).unwrap();
     let mut reference: Option<[String; 3]> = None;
-    let cases = [1, 7, 8192].into_iter().flat_map(|b| [1, 2, 4].into_iter().map(move |p| (b, p, SessionOptions::default().rows_per_pass)));
+    let cases = [1, 7, 8192].into_iter().flat_map(|b| {
+        [1, 2, 4].into_iter().map(move |p| (b, p, SessionOptions::default().rows_per_pass))
+    });
     // 10 input rows per pass: the 89-row fixture is judged in nine order_id ranges.
     let cases = cases.chain([(8192, 2, 10), (7, 4, 10)]);
     for (batch_size, target_partitions, rows_per_pass) in cases {
         {
-            let ctx = session::build(&SessionOptions { target_partitions, batch_size, memory_limit: None, rows_per_pass }).unwrap();
+            let ctx = session::build(&SessionOptions {
+                target_partitions,
+                batch_size,
+                memory_limit: None,
+                rows_per_pass,
+            })
+            .unwrap();
             snapshot.register(&ctx).await.unwrap();
             let outputs = reconcile(&ctx, &rules, window, rows_per_pass, false).await.unwrap();
             let got = [

@@ -11,7 +11,9 @@
 
 use std::path::Path;
 
-use datafusion::arrow::array::{Array, AsArray, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use datafusion::arrow::array::{
+    Array, AsArray, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use datafusion::arrow::datatypes::Int64Type;
 use effect_recon::config::{JobConfig, RuleSet};
 use effect_recon::export::load::{self, LoadOptions, LoadTable};
@@ -52,7 +54,19 @@ impl Rng {
     }
 }
 
-type LedgerRow = (String, i64, String, Option<String>, String, Option<String>, Option<String>, Option<i32>, Option<i64>, Option<String>, Micros);
+type LedgerRow = (
+    String,
+    i64,
+    String,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<i32>,
+    Option<i64>,
+    Option<String>,
+    Micros,
+);
 /// `(source, receipt_id, order_id, effect, msg_id, status, created_at)`.
 type ReceiptRow = (String, String, i64, String, Option<String>, String, Micros);
 /// A source to break, how to edit its query, and what the error must say.
@@ -75,7 +89,9 @@ fn day(orders: i64) -> Vec<LoadTable> {
     let mut offsets = [0i64; 24];
     for order in 1..=orders {
         let order_id = 1_000_000 + order * 7 + (order % 5);
-        let placed = start + rng.below((2 * 24 * 60 + 120) as u64 * MINUTE as u64) as i64 + rng.below(1_000_000) as i64;
+        let placed = start
+            + rng.below((2 * 24 * 60 + 120) as u64 * MINUTE as u64) as i64
+            + rng.below(1_000_000) as i64;
         let paid = placed + (1 + rng.below(20) as i64) * MINUTE + 123;
         let shipped = paid + (10 + rng.below(120) as i64) * MINUTE + 7;
         rows.history.push((order_id, "CREATED".into(), placed));
@@ -99,7 +115,8 @@ fn day(orders: i64) -> Vec<LoadTable> {
                 format!("m-{order_id}-{event}"),
                 order_id,
                 event.into(),
-                (!nulls).then(|| if event == "ORDER_PAID" { "CREATED".into() } else { "PAID".into() }),
+                (!nulls)
+                    .then(|| if event == "ORDER_PAID" { "CREATED".into() } else { "PAID".into() }),
                 action.into(),
                 (!nulls).then(|| observed.to_string()),
                 (!nulls).then(|| "order-event".to_string()),
@@ -125,20 +142,52 @@ fn day(orders: i64) -> Vec<LoadTable> {
             for (source, effect) in [("points", "points_grant"), ("wms", "wms_lock")] {
                 if done && rng.chance(93) {
                     let status = if rng.chance(3) { "FAILED" } else { "SUCCEEDED" };
-                    rows.receipts.push((source.into(), format!("r-{source}-{order_id}"), order_id, effect.into(), Some(format!("m-{order_id}-ORDER_PAID")), status.into(), paid + 2_000));
+                    rows.receipts.push((
+                        source.into(),
+                        format!("r-{source}-{order_id}"),
+                        order_id,
+                        effect.into(),
+                        Some(format!("m-{order_id}-ORDER_PAID")),
+                        status.into(),
+                        paid + 2_000,
+                    ));
                     if rng.chance(3) {
-                        rows.receipts.push((source.into(), format!("r-{source}-{order_id}-dup"), order_id, effect.into(), None, "SUCCEEDED".into(), paid + 5 * MINUTE));
+                        rows.receipts.push((
+                            source.into(),
+                            format!("r-{source}-{order_id}-dup"),
+                            order_id,
+                            effect.into(),
+                            None,
+                            "SUCCEEDED".into(),
+                            paid + 5 * MINUTE,
+                        ));
                     }
                 }
             }
         } else if rng.chance(10) {
-            rows.receipts.push(("points".into(), format!("r-points-{order_id}-orphan"), order_id, "points_grant".into(), None, "SUCCEEDED".into(), placed + MINUTE));
+            rows.receipts.push((
+                "points".into(),
+                format!("r-points-{order_id}-orphan"),
+                order_id,
+                "points_grant".into(),
+                None,
+                "SUCCEEDED".into(),
+                placed + MINUTE,
+            ));
         }
         if ships {
             let action = if rng.chance(90) { "DONE" } else { "SKIPPED" };
             ledger("ORDER_SHIPPED", action, "PAID", shipped + 900, &mut rng);
             if action == "DONE" && rng.chance(95) {
-                rows.receipts.push(("logistics".into(), format!("r-logistics-{order_id}"), order_id, "logistics_waybill".into(), Some(format!("m-{order_id}-ORDER_SHIPPED")), "SUCCEEDED".into(), shipped + 1_000));
+                rows.receipts.push((
+                    "logistics".into(),
+                    format!("r-logistics-{order_id}"),
+                    order_id,
+                    "logistics_waybill".into(),
+                    Some(format!("m-{order_id}-ORDER_SHIPPED")),
+                    "SUCCEEDED".into(),
+                    shipped + 1_000,
+                ));
             }
         }
     }
@@ -146,8 +195,12 @@ fn day(orders: i64) -> Vec<LoadTable> {
 }
 
 fn tables(rows: Rows) -> Vec<LoadTable> {
-    let text = |v: Vec<Option<String>>| -> std::sync::Arc<dyn Array> { std::sync::Arc::new(StringArray::from(v)) };
-    let ts = |v: Vec<Micros>| -> std::sync::Arc<dyn Array> { std::sync::Arc::new(TimestampMicrosecondArray::from(v).with_timezone(UTC)) };
+    let text = |v: Vec<Option<String>>| -> std::sync::Arc<dyn Array> {
+        std::sync::Arc::new(StringArray::from(v))
+    };
+    let ts = |v: Vec<Micros>| -> std::sync::Arc<dyn Array> {
+        std::sync::Arc::new(TimestampMicrosecondArray::from(v).with_timezone(UTC))
+    };
     let l = &rows.ledger;
     let ledger = RecordBatch::try_new(
         Table::Ledger.schema(),
@@ -194,7 +247,11 @@ fn tables(rows: Rows) -> Vec<LoadTable> {
             ],
         )
         .unwrap();
-        out.push(LoadTable { table: Table::Receipts, source: Some(source.into()), batches: vec![batch] });
+        out.push(LoadTable {
+            table: Table::Receipts,
+            source: Some(source.into()),
+            batches: vec![batch],
+        });
     }
     out
 }
@@ -219,14 +276,24 @@ async fn outputs(snapshot: &Location) -> Outputs {
     let opened = Snapshot::open(snapshot).await.unwrap();
     opened.register(&ctx).await.unwrap();
     let window = Window::resolve(opened.cut(), None, None).unwrap();
-    recon::reconcile(&ctx, &RuleSet::default_rules().unwrap(), window, effect_recon::session::ROWS_PER_PASS, false).await.unwrap()
+    recon::reconcile(
+        &ctx,
+        &RuleSet::default_rules().unwrap(),
+        window,
+        effect_recon::session::ROWS_PER_PASS,
+        false,
+    )
+    .await
+    .unwrap()
 }
 
 // ---------------------------------------------------------------- job configs
 
 fn queries(marker: (&str, &str)) -> [(&'static str, &'static str, String); 5] {
     let (a, b) = marker;
-    let receipts = |table: &str| format!("SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM {table} WHERE created_at > {a} AND created_at <= {b}");
+    let receipts = |table: &str| {
+        format!("SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM {table} WHERE created_at > {a} AND created_at <= {b}")
+    };
     [
         (
             "ledger",
@@ -244,7 +311,13 @@ fn queries(marker: (&str, &str)) -> [(&'static str, &'static str, String); 5] {
 }
 
 /// A job whose five sources all read the database at `url`; `edit` may replace a query.
-fn job_text(url: &str, timezone: &str, export: &str, password_env: Option<&str>, edit: impl Fn(&str, String) -> String) -> String {
+fn job_text(
+    url: &str,
+    timezone: &str,
+    export: &str,
+    password_env: Option<&str>,
+    edit: impl Fn(&str, String) -> String,
+) -> String {
     let marker = if url.starts_with("postgres") { ("$1", "$2") } else { ("?", "?") };
     let mut text = format!("root = \"/unused\"\nlookback = \"30d\"\n[export]\n{export}\n");
     for (table, name, query) in queries(marker) {
@@ -268,13 +341,23 @@ async fn round_trip(url: &str, timezone_offset: i32, timezone: &str, export_sett
     let tmp = tempfile::tempdir().unwrap();
     let day = day(1500);
     let original = write_snapshot(&tmp.path().join("original"), &day).await;
-    let report = load::load_tables(url, &day, &LoadOptions { utc_offset_secs: timezone_offset, ..LoadOptions::default() }).await.unwrap();
+    let report = load::load_tables(
+        url,
+        &day,
+        &LoadOptions { utc_offset_secs: timezone_offset, ..LoadOptions::default() },
+    )
+    .await
+    .unwrap();
     assert!(report.rows() > 3000, "{:?}", report.tables);
 
     let out = tmp.path().join("exported");
     let job = job_text(url, timezone, export_settings, None, |_, q| q);
     let exported = run_export(&job, &out).await.unwrap();
-    assert!(exported.sources.iter().any(|s| s.chunks > 1), "chunking not exercised: {:?}", exported.sources);
+    assert!(
+        exported.sources.iter().any(|s| s.chunks > 1),
+        "chunking not exercised: {:?}",
+        exported.sources
+    );
 
     let expected = outputs(&original).await;
     let actual = outputs(&Location::parse(out.to_str().unwrap()).unwrap()).await;
@@ -287,15 +370,29 @@ async fn round_trip(url: &str, timezone_offset: i32, timezone: &str, export_sett
     // Rows after the cut are not exported; everything up to it is.
     let ledger_total = day[0].batches[0].num_rows() as u64;
     let ledger_exported = exported.sources[0].rows;
-    assert!(ledger_exported < ledger_total && ledger_exported > ledger_total * 9 / 10, "{ledger_exported} of {ledger_total}");
+    assert!(
+        ledger_exported < ledger_total && ledger_exported > ledger_total * 9 / 10,
+        "{ledger_exported} of {ledger_total}"
+    );
     assert_sorted_by_order_id(&out).await;
 }
 
 async fn assert_sorted_by_order_id(snapshot: &Path) {
     let location = Location::parse(snapshot.to_str().unwrap()).unwrap();
     for t in load::read_snapshot(&location).await.unwrap() {
-        let ids: Vec<i64> = t.batches.iter().flat_map(|b| b.column_by_name("order_id").unwrap().as_primitive::<Int64Type>().values().to_vec()).collect();
-        assert!(ids.windows(2).all(|w| w[0] <= w[1]), "{:?}/{:?} not sorted by order_id", t.table, t.source);
+        let ids: Vec<i64> = t
+            .batches
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("order_id").unwrap().as_primitive::<Int64Type>().values().to_vec()
+            })
+            .collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] <= w[1]),
+            "{:?}/{:?} not sorted by order_id",
+            t.table,
+            t.source
+        );
     }
 }
 
@@ -306,7 +403,10 @@ fn env_url(var: &str) -> Option<String> {
             // Written to stderr directly: the harness captures eprintln! of passing tests,
             // and a skipped database test must be visible in the plain test output.
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {var} not set; this database test was NOT run");
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {var} not set; this database test was NOT run"
+            );
             None
         }
     }
@@ -314,8 +414,13 @@ fn env_url(var: &str) -> Option<String> {
 
 /// A fresh MySQL database `name` on the server of `base`; returns its URL.
 async fn mysql_database(base: &str, name: &str) -> String {
-    let mut conn = sqlx::MySqlConnection::connect(base).await.unwrap_or_else(|e| panic!("{MYSQL_ENV} is set but the server is unreachable: {e}"));
-    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}")).execute(&mut conn).await.unwrap();
+    let mut conn = sqlx::MySqlConnection::connect(base)
+        .await
+        .unwrap_or_else(|e| panic!("{MYSQL_ENV} is set but the server is unreachable: {e}"));
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     let mut url = url::Url::parse(base).unwrap();
     url.set_path(&format!("/{name}"));
     url.to_string()
@@ -323,17 +428,30 @@ async fn mysql_database(base: &str, name: &str) -> String {
 
 /// A fresh Postgres schema `name` on the database of `base`; returns a URL whose search_path is it.
 async fn pg_schema(base: &str, name: &str) -> String {
-    let mut conn = sqlx::PgConnection::connect(base).await.unwrap_or_else(|e| panic!("{PG_ENV} is set but the server is unreachable: {e}"));
-    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}")).execute(&mut conn).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(base)
+        .await
+        .unwrap_or_else(|e| panic!("{PG_ENV} is set but the server is unreachable: {e}"));
+    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     let mut url = url::Url::parse(base).unwrap();
     url.query_pairs_mut().append_pair("options", &format!("-c search_path={name}"));
     url.to_string()
 }
 
-fn assert_source_error(result: Result<ExportReport, Error>, source: &str, needles: &[&str], out: &Path) -> String {
+fn assert_source_error(
+    result: Result<ExportReport, Error>,
+    source: &str,
+    needles: &[&str],
+    out: &Path,
+) -> String {
     let error = result.expect_err("the export must fail");
     let message = error.to_string();
-    assert!(matches!(error, Error::Source { ref source_name, .. } if source_name == source), "wrong error: {message}");
+    assert!(
+        matches!(error, Error::Source { ref source_name, .. } if source_name == source),
+        "wrong error: {message}"
+    );
     for needle in needles {
         assert!(message.contains(needle), "'{needle}' not in: {message}");
     }
@@ -344,7 +462,13 @@ fn assert_source_error(result: Result<ExportReport, Error>, source: &str, needle
 /// A SQLite database with the day loaded.
 async fn sqlite_day(dir: &Path, offset: i32) -> String {
     let url = format!("sqlite://{}", dir.join("source.db").display());
-    load::load_tables(&url, &day(300), &LoadOptions { utc_offset_secs: offset, ..LoadOptions::default() }).await.unwrap();
+    load::load_tables(
+        &url,
+        &day(300),
+        &LoadOptions { utc_offset_secs: offset, ..LoadOptions::default() },
+    )
+    .await
+    .unwrap();
     url
 }
 
@@ -362,10 +486,33 @@ async fn sqlite_query_errors_name_the_source_and_table() {
     let tmp = tempfile::tempdir().unwrap();
     let url = sqlite_day(tmp.path(), 0).await;
     let cases: [Case; 4] = [
-        ("fulfilment", Box::new(|q| q.replace(", consumer_id", "")), &["fulfilment", "ledger", "no column 'consumer_id'"]),
-        ("orders", Box::new(|q| q.replace("SELECT order_id, status", "SELECT 'x' || order_id AS order_id, status")), &["orders", "status_history", "order_id"]),
-        ("points", Box::new(|q| q.replace("SELECT receipt_id, order_id, effect", "SELECT receipt_id, order_id, NULL AS effect")), &["points", "receipts", "effect", "NULL"]),
-        ("wms", Box::new(|q| q.replace("created_at FROM", "1234 AS created_at FROM")), &["wms", "receipts", "created_at", "INTEGER"]),
+        (
+            "fulfilment",
+            Box::new(|q| q.replace(", consumer_id", "")),
+            &["fulfilment", "ledger", "no column 'consumer_id'"],
+        ),
+        (
+            "orders",
+            Box::new(|q| {
+                q.replace("SELECT order_id, status", "SELECT 'x' || order_id AS order_id, status")
+            }),
+            &["orders", "status_history", "order_id"],
+        ),
+        (
+            "points",
+            Box::new(|q| {
+                q.replace(
+                    "SELECT receipt_id, order_id, effect",
+                    "SELECT receipt_id, order_id, NULL AS effect",
+                )
+            }),
+            &["points", "receipts", "effect", "NULL"],
+        ),
+        (
+            "wms",
+            Box::new(|q| q.replace("created_at FROM", "1234 AS created_at FROM")),
+            &["wms", "receipts", "created_at", "INTEGER"],
+        ),
     ];
     for (i, (name, edit, needles)) in cases.into_iter().enumerate() {
         let job = job_text(&url, "UTC", "", None, |n, q| if n == name { edit(q) } else { q });
@@ -381,19 +528,40 @@ async fn unreachable_databases_fail_with_the_source_named() {
     for url in ["mysql://root@127.0.0.1:1/test", "postgres://postgres@127.0.0.1:1/test"] {
         let out = tmp.path().join("out");
         let job = job_text(url, "UTC", "connect_timeout = \"5s\"", None, |_, q| q);
-        let message = assert_source_error(run_export(&job, &out).await, "fulfilment", &["cannot connect", "127.0.0.1:1"], &out);
+        let message = assert_source_error(
+            run_export(&job, &out).await,
+            "fulfilment",
+            &["cannot connect", "127.0.0.1:1"],
+            &out,
+        );
         eprintln!("expected error: {message}");
     }
     let missing = tmp.path().join("missing.db");
     let job = job_text(&format!("sqlite://{}", missing.display()), "UTC", "", None, |_, q| q);
-    assert_source_error(run_export(&job, &tmp.path().join("out")).await, "fulfilment", &["cannot connect"], &tmp.path().join("out"));
+    assert_source_error(
+        run_export(&job, &tmp.path().join("out")).await,
+        "fulfilment",
+        &["cannot connect"],
+        &tmp.path().join("out"),
+    );
 }
 
 #[tokio::test]
 async fn a_missing_password_variable_is_named_not_guessed() {
     let tmp = tempfile::tempdir().unwrap();
-    let job = job_text("mysql://reader@127.0.0.1:1/test", "UTC", "", Some("EFFECT_RECON_IT_UNSET_PW"), |_, q| q);
-    assert_source_error(run_export(&job, tmp.path()).await, "fulfilment", &["EFFECT_RECON_IT_UNSET_PW", "not set"], tmp.path());
+    let job = job_text(
+        "mysql://reader@127.0.0.1:1/test",
+        "UTC",
+        "",
+        Some("EFFECT_RECON_IT_UNSET_PW"),
+        |_, q| q,
+    );
+    assert_source_error(
+        run_export(&job, tmp.path()).await,
+        "fulfilment",
+        &["EFFECT_RECON_IT_UNSET_PW", "not set"],
+        tmp.path(),
+    );
 }
 
 #[tokio::test]
@@ -401,30 +569,59 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
     let tmp = tempfile::tempdir().unwrap();
     let url = sqlite_day(tmp.path(), 0).await;
     let root = tmp.path().join("root");
-    let job = job_text(&url, "UTC", "", None, |_, q| q).replace("root = \"/unused\"", &format!("root = \"{}\"", root.display()));
+    let job = job_text(&url, "UTC", "", None, |_, q| q)
+        .replace("root = \"/unused\"", &format!("root = \"{}\"", root.display()));
     let config = tmp.path().join("job.toml");
     std::fs::write(&config, &job).unwrap();
     let bin = env!("CARGO_BIN_EXE_effect-recon");
 
     let out = tmp.path().join("snap");
-    let export = std::process::Command::new(bin).args(["export", "--config"]).arg(&config).arg("--out").arg(&out).args(["--cut", "2026-11-29T16:00:00Z"]).output().unwrap();
+    let export = std::process::Command::new(bin)
+        .args(["export", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(&out)
+        .args(["--cut", "2026-11-29T16:00:00Z"])
+        .output()
+        .unwrap();
     assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
     assert!(out.join(MANIFEST).exists());
 
-    let nightly = std::process::Command::new(bin).args(["nightly", "--config"]).arg(&config).args(["--cut", "2026-11-29T16:00:00Z", "--fail-on-breaks"]).output().unwrap();
+    let nightly = std::process::Command::new(bin)
+        .args(["nightly", "--config"])
+        .arg(&config)
+        .args(["--cut", "2026-11-29T16:00:00Z", "--fail-on-breaks"])
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&nightly.stderr);
     eprintln!("{stderr}");
-    assert_eq!(nightly.status.code(), Some(1), "BREAK findings with --fail-on-breaks exit 1: {stderr}");
+    assert_eq!(
+        nightly.status.code(),
+        Some(1),
+        "BREAK findings with --fail-on-breaks exit 1: {stderr}"
+    );
     assert!(root.join("snapshot=20261129T160000Z").join(MANIFEST).exists());
     assert!(root.join("run=20261129T160000Z").join(MANIFEST).exists());
-    assert!(stderr.contains("nightly: export done") && stderr.contains("nightly: run done"), "{stderr}");
+    assert!(
+        stderr.contains("nightly: export done") && stderr.contains("nightly: run done"),
+        "{stderr}"
+    );
 
     let broken = job.replace("FROM idempotent_msg", "FROM no_such_table");
     std::fs::write(&config, broken).unwrap();
-    let failed = std::process::Command::new(bin).args(["export", "--config"]).arg(&config).arg("--out").arg(tmp.path().join("snap2")).output().unwrap();
+    let failed = std::process::Command::new(bin)
+        .args(["export", "--config"])
+        .arg(&config)
+        .arg("--out")
+        .arg(tmp.path().join("snap2"))
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&failed.stderr);
     assert_eq!(failed.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("source fulfilment (ledger)") && stderr.contains("no_such_table"), "{stderr}");
+    assert!(
+        stderr.contains("source fulfilment (ledger)") && stderr.contains("no_such_table"),
+        "{stderr}"
+    );
     assert!(!tmp.path().join("snap2").join(MANIFEST).exists());
 }
 
@@ -458,23 +655,44 @@ async fn mysql_wrong_password_and_bad_queries_are_named_without_the_password() {
     let _ = reader.set_password(None);
     std::env::set_var("EFFECT_RECON_IT_MYSQL_WRONG_PW", "wr0ng-S3cret-pw");
     std::env::set_var("EFFECT_RECON_IT_MYSQL_RIGHT_PW", "right-Pw-4711");
-    let job = job_text(reader.as_str(), "UTC", "", Some("EFFECT_RECON_IT_MYSQL_WRONG_PW"), |_, q| q);
+    let job =
+        job_text(reader.as_str(), "UTC", "", Some("EFFECT_RECON_IT_MYSQL_WRONG_PW"), |_, q| q);
     let out = tmp.path().join("wrong");
-    let message = assert_source_error(run_export(&job, &out).await, "fulfilment", &["Access denied"], &out);
+    let message =
+        assert_source_error(run_export(&job, &out).await, "fulfilment", &["Access denied"], &out);
     assert!(!message.contains("wr0ng-S3cret-pw"), "{message}");
     eprintln!("expected error: {message}");
-    let job = job_text(reader.as_str(), "UTC", "", Some("EFFECT_RECON_IT_MYSQL_RIGHT_PW"), |_, q| q);
+    let job =
+        job_text(reader.as_str(), "UTC", "", Some("EFFECT_RECON_IT_MYSQL_RIGHT_PW"), |_, q| q);
     run_export(&job, &tmp.path().join("right")).await.expect("the right password works");
 
     let cases: [Case; 3] = [
         ("fulfilment", Box::new(|q| q.replace(", consumer_id", "")), &["no column 'consumer_id'"]),
-        ("orders", Box::new(|q| q.replace("SELECT order_id, status", "SELECT CONCAT('x', order_id) AS order_id, status")), &["order_id", "VARCHAR"]),
-        ("points", Box::new(|q| q.replace("effect, msg_id", "IF(order_id % 2 = 0, NULL, effect) AS effect, msg_id")), &["effect", "NULL"]),
+        (
+            "orders",
+            Box::new(|q| {
+                q.replace(
+                    "SELECT order_id, status",
+                    "SELECT CONCAT('x', order_id) AS order_id, status",
+                )
+            }),
+            &["order_id", "VARCHAR"],
+        ),
+        (
+            "points",
+            Box::new(|q| {
+                q.replace("effect, msg_id", "IF(order_id % 2 = 0, NULL, effect) AS effect, msg_id")
+            }),
+            &["effect", "NULL"],
+        ),
     ];
     for (i, (name, edit, needles)) in cases.into_iter().enumerate() {
         let job = job_text(&url, "UTC", "", None, |n, q| if n == name { edit(q) } else { q });
         let out = tmp.path().join(format!("out-{i}"));
-        eprintln!("expected error: {}", assert_source_error(run_export(&job, &out).await, name, needles, &out));
+        eprintln!(
+            "expected error: {}",
+            assert_source_error(run_export(&job, &out).await, name, needles, &out)
+        );
     }
 }
 
@@ -487,7 +705,11 @@ async fn mysql_connection_killed_mid_stream_fails_without_manifest() {
     // SLEEP per row keeps the ledger query streaming long enough to be killed.
     let job = job_text(&url, "UTC", "connections = 1\nbatch_rows = 16", None, |n, q| {
         if n == "fulfilment" {
-            q.replace("FROM idempotent_msg", "FROM idempotent_msg FORCE INDEX (ix_idempotent_msg_order)").replace("-- the window", "AND SLEEP(0.01) = 0 -- slow")
+            q.replace(
+                "FROM idempotent_msg",
+                "FROM idempotent_msg FORCE INDEX (ix_idempotent_msg_order)",
+            )
+            .replace("-- the window", "AND SLEEP(0.01) = 0 -- slow")
         } else {
             q
         }
@@ -514,7 +736,12 @@ async fn mysql_connection_killed_mid_stream_fails_without_manifest() {
         }
     }
     assert!(killed, "the streaming query was never seen in the process list");
-    let message = assert_source_error(export.await.unwrap(), "fulfilment", &["ledger", "reading chunk"], &out);
+    let message = assert_source_error(
+        export.await.unwrap(),
+        "fulfilment",
+        &["ledger", "reading chunk"],
+        &out,
+    );
     eprintln!("expected error: {message}");
 }
 
@@ -541,19 +768,38 @@ async fn postgres_bad_credentials_and_queries_are_named_without_the_password() {
     std::env::set_var("EFFECT_RECON_IT_PG_PW", "pg-S3cret-pw");
     let job = job_text(nobody.as_str(), "UTC", "", Some("EFFECT_RECON_IT_PG_PW"), |_, q| q);
     let out = tmp.path().join("nobody");
-    let message = assert_source_error(run_export(&job, &out).await, "fulfilment", &["er_it_nobody"], &out);
+    let message =
+        assert_source_error(run_export(&job, &out).await, "fulfilment", &["er_it_nobody"], &out);
     assert!(!message.contains("pg-S3cret-pw"), "{message}");
     eprintln!("expected error: {message}");
 
     let cases: [Case; 3] = [
         ("fulfilment", Box::new(|q| q.replace(", consumer_id", "")), &["no column 'consumer_id'"]),
-        ("orders", Box::new(|q| q.replace("SELECT order_id, status", "SELECT order_id::text AS order_id, status")), &["order_id", "TEXT"]),
-        ("points", Box::new(|q| q.replace("effect, msg_id", "CASE WHEN order_id % 2 = 0 THEN NULL ELSE effect END AS effect, msg_id")), &["effect", "NULL"]),
+        (
+            "orders",
+            Box::new(|q| {
+                q.replace("SELECT order_id, status", "SELECT order_id::text AS order_id, status")
+            }),
+            &["order_id", "TEXT"],
+        ),
+        (
+            "points",
+            Box::new(|q| {
+                q.replace(
+                    "effect, msg_id",
+                    "CASE WHEN order_id % 2 = 0 THEN NULL ELSE effect END AS effect, msg_id",
+                )
+            }),
+            &["effect", "NULL"],
+        ),
     ];
     for (i, (name, edit, needles)) in cases.into_iter().enumerate() {
         let job = job_text(&url, "UTC", "", None, |n, q| if n == name { edit(q) } else { q });
         let out = tmp.path().join(format!("out-{i}"));
-        eprintln!("expected error: {}", assert_source_error(run_export(&job, &out).await, name, needles, &out));
+        eprintln!(
+            "expected error: {}",
+            assert_source_error(run_export(&job, &out).await, name, needles, &out)
+        );
     }
 }
 

@@ -30,8 +30,13 @@ async fn tiny_day_gives_the_hand_checked_outputs() {
     let report = run(&plan(&tiny_snapshot(), &out)).await.unwrap();
     let folder = dir.path().join("run=20261129T160000Z");
     for table in ["discrepancies", "compensation_tasks", "skip_verdicts"] {
-        let expected = std::fs::read_to_string(repo(&format!("fixtures/tiny/expected/{table}.psv"))).unwrap();
-        assert_eq!(psv(&read_output(&folder, table)), expected, "{table} differs from fixtures/tiny/expected/{table}.psv");
+        let expected =
+            std::fs::read_to_string(repo(&format!("fixtures/tiny/expected/{table}.psv"))).unwrap();
+        assert_eq!(
+            psv(&read_output(&folder, table)),
+            expected,
+            "{table} differs from fixtures/tiny/expected/{table}.psv"
+        );
     }
     assert_eq!(report.summary.breaks(), 14);
     assert_eq!(report.summary.pending(), 3);
@@ -111,13 +116,17 @@ async fn an_empty_day_gives_empty_tables_with_the_full_schema() {
     snapshot_from_csv(csv.path(), &snapshot, TINY_CUT).await;
     let (out_dir, out) = temp_location();
     let report = run(&plan(&snapshot, &out)).await.unwrap();
-    assert_eq!((report.summary.breaks(), report.summary.pending(), report.summary.compensation_tasks), (0, 0, 0));
+    assert_eq!(
+        (report.summary.breaks(), report.summary.pending(), report.summary.compensation_tasks),
+        (0, 0, 0)
+    );
     let folder = out_dir.path().join("run=20261129T160000Z");
     for table in effect_recon::recon::outputs::OutputTable::ALL {
         let batches = read_output(&folder, table.name());
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         assert_eq!(rows, 0, "{}", table.name());
-        let file = std::fs::File::open(folder.join(table.name()).join("part-00000.parquet")).unwrap();
+        let file =
+            std::fs::File::open(folder.join(table.name()).join("part-00000.parquet")).unwrap();
         let reader = effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
         assert_eq!(reader.schema().fields(), table.schema().fields(), "{}", table.name());
     }

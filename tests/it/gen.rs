@@ -21,7 +21,12 @@ use proptest::prelude::*;
 use super::common::{self, tree_bytes};
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(future)
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }
 
 fn location(path: &Path) -> Location {
@@ -61,18 +66,28 @@ fn pipeline(dir: &Path, plan: &GenPlan) -> (GenReport, RunReport, VerifyReport) 
 
 fn read_parquet(path: &Path) -> Vec<RecordBatch> {
     let bytes = bytes::Bytes::from(std::fs::read(path).unwrap());
-    ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap().build().unwrap().map(Result::unwrap).collect()
+    ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
 }
-
 
 /// The ledger's (partition, offset) pairs, read through the snapshot manifest.
 fn ledger_offsets(snapshot: &Path) -> Vec<(i32, i64)> {
-    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(snapshot.join("manifest.json")).unwrap()).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(snapshot.join("manifest.json")).unwrap()).unwrap();
     let mut pairs = Vec::new();
     for file in manifest["tables"]["ledger"]["files"].as_array().unwrap() {
         for batch in read_parquet(&snapshot.join(file["path"].as_str().unwrap())) {
-            let partition = batch.column_by_name("kafka_partition").unwrap().as_primitive::<Int32Type>().clone();
-            let offset = batch.column_by_name("kafka_offset").unwrap().as_primitive::<Int64Type>().clone();
+            let partition = batch
+                .column_by_name("kafka_partition")
+                .unwrap()
+                .as_primitive::<Int32Type>()
+                .clone();
+            let offset =
+                batch.column_by_name("kafka_offset").unwrap().as_primitive::<Int64Type>().clone();
             pairs.extend((0..batch.num_rows()).map(|i| (partition.value(i), offset.value(i))));
         }
     }
@@ -171,7 +186,9 @@ proptest! {
 
 #[test]
 fn run_equals_the_truth_exactly_for_several_seeds_and_sizes() {
-    for (seed, orders, partitions, consumers) in [(1, 600, 24, 8), (2, 5000, 24, 8), (3, 12_000, 24, 8), (4, 3000, 7, 3)] {
+    for (seed, orders, partitions, consumers) in
+        [(1, 600, 24, 8), (2, 5000, 24, 8), (3, 12_000, 24, 8), (4, 3000, 7, 3)]
+    {
         let dir = tempfile::tempdir().unwrap();
         let mut plan = plan(dir.path(), orders, seed);
         (plan.partitions, plan.consumers) = (partitions, consumers);
@@ -179,7 +196,10 @@ fn run_equals_the_truth_exactly_for_several_seeds_and_sizes() {
         let (generated, run, checked) = pipeline(dir.path(), &plan);
         assert!(checked.is_exact(), "seed {seed}, {orders} orders:\n{}", checked.render());
         let expected: u64 = generated.findings.values().sum();
-        assert_eq!(run.manifest.tables["discrepancies"].files.iter().map(|f| f.rows).sum::<u64>(), expected);
+        assert_eq!(
+            run.manifest.tables["discrepancies"].files.iter().map(|f| f.rows).sum::<u64>(),
+            expected
+        );
         assert!(expected > 0, "seed {seed} planted nothing to find");
     }
 }
@@ -199,12 +219,22 @@ fn incident_msg_7391_skipped_after_rebalance_is_found_with_reorder_suspected() {
     for file in &manifest.tables["discrepancies"].files {
         for batch in read_parquet(&folder.join(&file.path)) {
             let text = |name: &str| batch.column_by_name(name).unwrap().as_string::<i32>().clone();
-            let (effect, class, verdict, msg_id, action, observed) =
-                (text("effect"), text("class"), text("verdict"), text("msg_id"), text("ledger_action"), text("observed_status"));
-            let order_id = batch.column_by_name("order_id").unwrap().as_primitive::<Int64Type>().clone();
+            let (effect, class, verdict, msg_id, action, observed) = (
+                text("effect"),
+                text("class"),
+                text("verdict"),
+                text("msg_id"),
+                text("ledger_action"),
+                text("observed_status"),
+            );
+            let order_id =
+                batch.column_by_name("order_id").unwrap().as_primitive::<Int64Type>().clone();
             let reorder = batch.column_by_name("reorder_suspected").unwrap().as_boolean().clone();
             for i in (0..batch.num_rows()).filter(|&i| order_id.value(i) == 8821) {
-                assert_eq!((class.value(i), verdict.value(i), msg_id.value(i)), ("SKIPPED_BUT_DUE", "BREAK", "msg-7391"));
+                assert_eq!(
+                    (class.value(i), verdict.value(i), msg_id.value(i)),
+                    ("SKIPPED_BUT_DUE", "BREAK", "msg-7391")
+                );
                 assert_eq!((action.value(i), observed.value(i)), ("SKIPPED", "SHIPPED"));
                 assert!(reorder.value(i) && !reorder.is_null(i), "reorder_suspected must be true");
                 found.insert(effect.value(i).to_string());
@@ -217,7 +247,11 @@ fn incident_msg_7391_skipped_after_rebalance_is_found_with_reorder_suspected() {
         for batch in read_parquet(&folder.join(&file.path)) {
             let msg_id = batch.column_by_name("msg_id").unwrap().as_string::<i32>().clone();
             let verdict = batch.column_by_name("verdict").unwrap().as_string::<i32>().clone();
-            wrong.extend((0..batch.num_rows()).filter(|&i| msg_id.value(i) == "msg-7391").map(|i| verdict.value(i).to_string()));
+            wrong.extend(
+                (0..batch.num_rows())
+                    .filter(|&i| msg_id.value(i) == "msg-7391")
+                    .map(|i| verdict.value(i).to_string()),
+            );
         }
     }
     assert_eq!(wrong, ["WRONG"]);
@@ -228,7 +262,10 @@ fn demo_style_rerun_in_the_same_folder_replaces_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let mut first = plan(dir.path(), 100, 1);
     block_on(gen::generate(&first)).unwrap();
-    assert!(block_on(gen::generate(&first)).is_err(), "a complete snapshot is never overwritten silently");
+    assert!(
+        block_on(gen::generate(&first)).is_err(),
+        "a complete snapshot is never overwritten silently"
+    );
     first.replace = true;
     first.orders = 150;
     let report = block_on(gen::generate(&first)).unwrap();

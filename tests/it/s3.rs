@@ -18,10 +18,17 @@ async fn gen_run_verify_through_an_s3_bucket() {
     let Ok(bucket) = std::env::var("EFFECT_RECON_TEST_S3_BUCKET") else {
         // Straight to stderr: the harness captures eprintln! of passing tests.
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIPPED: EFFECT_RECON_TEST_S3_BUCKET not set; the S3 test was NOT run");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: EFFECT_RECON_TEST_S3_BUCKET not set; the S3 test was NOT run"
+        );
         return;
     };
-    let prefix = format!("s3://{bucket}/it-{}-{}", std::process::id(), chrono::Utc::now().timestamp_micros());
+    let prefix = format!(
+        "s3://{bucket}/it-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_micros()
+    );
     let snapshot = Location::parse(&format!("{prefix}/snapshot")).unwrap();
     let out = Location::parse(&format!("{prefix}/recon")).unwrap();
 

@@ -33,7 +33,12 @@ struct SltError(String);
 
 impl ReconDb {
     fn new() -> Self {
-        let ctx = session::build(&SessionOptions { target_partitions: 2, batch_size: 8192, ..SessionOptions::default() }).unwrap();
+        let ctx = session::build(&SessionOptions {
+            target_partitions: 2,
+            batch_size: 8192,
+            ..SessionOptions::default()
+        })
+        .unwrap();
         ReconDb { ctx }
     }
 
@@ -49,14 +54,22 @@ impl ReconDb {
                 let instant = |t: &str| parse_instant(t).map_err(SltError);
                 let window = Window { since: instant(since)?, cut: instant(cut)? };
                 for table in Table::ALL {
-                    let input = self.ctx.table(format!("{}_input", table.name())).await.map_err(|e| SltError(e.to_string()))?;
+                    let input = self
+                        .ctx
+                        .table(format!("{}_input", table.name()))
+                        .await
+                        .map_err(|e| SltError(e.to_string()))?;
                     let frame = conform_frame(input, table).map_err(fail)?;
                     let _ = self.ctx.deregister_table(table.name());
-                    self.ctx.register_table(table.name(), frame.into_view()).map_err(|e| SltError(e.to_string()))?;
+                    self.ctx
+                        .register_table(table.name(), frame.into_view())
+                        .map_err(|e| SltError(e.to_string()))?;
                 }
                 for query in queries::PIPELINE {
                     let _ = self.ctx.deregister_table(query.name);
-                    queries::register_view(&self.ctx, query, &window.params()).await.map_err(fail)?;
+                    queries::register_view(&self.ctx, query, &window.params())
+                        .await
+                        .map_err(fail)?;
                 }
                 Ok(())
             }
@@ -79,14 +92,20 @@ impl sqllogictest::AsyncDB for ReconDb {
         let frame = self.ctx.sql(sql).await.map_err(|e| SltError(e.to_string()))?;
         let schema = frame.schema().as_arrow().clone();
         let batches = frame.collect().await.map_err(|e| SltError(e.to_string()))?;
-        let is_statement = schema.fields().len() == 1 && schema.field(0).name() == "count" && !sql.trim_start().to_lowercase().starts_with("select");
+        let is_statement = schema.fields().len() == 1
+            && schema.field(0).name() == "count"
+            && !sql.trim_start().to_lowercase().starts_with("select");
         if is_statement || schema.fields().is_empty() {
             return Ok(DBOutput::StatementComplete(0));
         }
         let options = FormatOptions::default().with_null("NULL");
         let mut rows = Vec::new();
         for batch in &batches {
-            let formatters: Vec<_> = batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap()).collect();
+            let formatters: Vec<_> = batch
+                .columns()
+                .iter()
+                .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+                .collect();
             for row in 0..batch.num_rows() {
                 rows.push(formatters.iter().map(|f| f.value(row).to_string()).collect());
             }
@@ -99,7 +118,11 @@ impl sqllogictest::AsyncDB for ReconDb {
 
 #[tokio::test]
 async fn sqllogictest_files_pass() {
-    let mut files: Vec<_> = std::fs::read_dir(repo("tests/slt")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "slt")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(repo("tests/slt"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files found");
     let mut failures = Vec::new();
@@ -109,5 +132,11 @@ async fn sqllogictest_files_pass() {
             failures.push(format!("{}: {e}", file.display()));
         }
     }
-    assert!(failures.is_empty(), "{} of {} slt files failed:\n{}", failures.len(), files.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} slt files failed:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n\n")
+    );
 }
