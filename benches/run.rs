@@ -8,11 +8,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use effect_recon::config::RuleSet;
-use effect_recon::gen::{self, GenPlan};
 use effect_recon::recon::{reconcile, Window};
 use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::Snapshot;
 use effect_recon::storage::Location;
+use effect_recon::workload::{self as gen, GenPlan};
 
 fn bench_reconcile(c: &mut Criterion) {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");

@@ -19,7 +19,7 @@
 //! * [`output`] — atomic publishing of a run (files first, manifest last).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
 //! * [`nightly`] — the scheduled job: export, then run.
-//! * [`gen`] — the synthetic 24-partition workload with planted faults and its ground truth.
+//! * [`workload`] — the synthetic (`effect-recon gen`) 24-partition workload with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs checked against a ground truth.
 //! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
 //!   the loader that puts a snapshot into a database with the recommended schema.
@@ -30,7 +30,6 @@ pub mod config;
 pub mod error;
 pub mod explore;
 pub mod export;
-pub mod gen;
 pub mod nightly;
 pub mod output;
 pub mod parquet_parts;
@@ -42,6 +41,7 @@ pub mod storage;
 pub mod time;
 pub mod udf;
 pub mod verify;
+pub mod workload;
 
 pub use datafusion;
 pub use error::{Error, Result};

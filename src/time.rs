@@ -5,6 +5,8 @@
 
 use chrono::{DateTime, NaiveDateTime, SecondsFormat, Utc};
 
+use crate::error::{Error, Result};
+
 /// Microseconds since the Unix epoch, UTC.
 pub type Micros = i64;
 
@@ -91,6 +93,48 @@ pub fn format_elapsed(elapsed: std::time::Duration) -> String {
         format!("{ms:.0}ms")
     } else {
         format!("{:.2}s", ms / 1000.0)
+    }
+}
+
+/// The window a run judges, `(since, cut]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Exclusive start.
+    pub since: Micros,
+    /// Inclusive end, and the cut of every input.
+    pub cut: Micros,
+}
+
+impl Window {
+    /// The cut and window for `snapshot_cut` and the requested bounds.
+    pub fn resolve(
+        snapshot_cut: Micros,
+        cut: Option<Micros>,
+        since: Option<Micros>,
+    ) -> Result<Window> {
+        let cut = cut.unwrap_or(snapshot_cut);
+        if cut > snapshot_cut {
+            return Err(Error::argument(
+                "--cut",
+                format!(
+                    "{} is after the snapshot's cut {}; the snapshot has no data past its cut",
+                    format_instant(cut),
+                    format_instant(snapshot_cut)
+                ),
+            ));
+        }
+        let since = since.unwrap_or(cut - DAY_MICROS);
+        if since >= cut {
+            return Err(Error::argument(
+                "--since",
+                format!(
+                    "{} must be earlier than the cut {}",
+                    format_instant(since),
+                    format_instant(cut)
+                ),
+            ));
+        }
+        Ok(Window { since, cut })
     }
 }
 

@@ -15,9 +15,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, Result};
-use crate::gen::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
 use crate::output::{read_run_manifest, RunManifest};
 use crate::storage::Location;
+use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
 
 /// How many mismatches a report lists.
 pub const LISTED_MISMATCHES: usize = 20;

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use effect_recon::config::JobConfig;
 use effect_recon::export::load::{load_snapshot, LoadOptions};
 use effect_recon::export::{Progress, ProgressMode};
-use effect_recon::gen::{self, truth::TRUTH_FILE, GenPlan, GenReport};
 use effect_recon::nightly::{nightly, NightlyPlan, NightlyReport};
 use effect_recon::output::run_folder;
 use effect_recon::session::SessionOptions;
 use effect_recon::storage::Location;
 use effect_recon::time::format_elapsed;
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};
+use effect_recon::workload::{self as gen, truth::TRUTH_FILE, GenPlan, GenReport};
 use effect_recon::Error;
 
 use super::Outcome;

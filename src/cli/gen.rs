@@ -1,7 +1,7 @@
 //! `effect-recon gen`: a synthetic day with planted faults and its ground truth.
 
-use effect_recon::gen::{self, FaultRates, GenPlan};
 use effect_recon::storage::Location;
+use effect_recon::workload::{self as gen, FaultRates, GenPlan};
 
 use super::{parse_instant_arg, Outcome};
 

@@ -28,7 +28,8 @@ use crate::queries::{self, Param, Query};
 use crate::session::{self, SessionOptions};
 use crate::snapshot::{Snapshot, SnapshotStats, UTC};
 use crate::storage::Location;
-use crate::time::{format_compact, format_instant, Micros, DAY_MICROS};
+pub use crate::time::Window;
+use crate::time::{format_compact, format_instant, Micros};
 use outputs::OutputTable;
 use summary::{Summary, SUMMARY_FORMAT};
 
@@ -55,47 +56,7 @@ pub struct RunPlan {
     pub explain: bool,
 }
 
-/// The window a run judges, `(since, cut]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
-    /// Exclusive start.
-    pub since: Micros,
-    /// Inclusive end, and the cut of every input.
-    pub cut: Micros,
-}
-
 impl Window {
-    /// The cut and window for `snapshot_cut` and the requested bounds.
-    pub fn resolve(
-        snapshot_cut: Micros,
-        cut: Option<Micros>,
-        since: Option<Micros>,
-    ) -> Result<Window> {
-        let cut = cut.unwrap_or(snapshot_cut);
-        if cut > snapshot_cut {
-            return Err(Error::argument(
-                "--cut",
-                format!(
-                    "{} is after the snapshot's cut {}; the snapshot has no data past its cut",
-                    format_instant(cut),
-                    format_instant(snapshot_cut)
-                ),
-            ));
-        }
-        let since = since.unwrap_or(cut - DAY_MICROS);
-        if since >= cut {
-            return Err(Error::argument(
-                "--since",
-                format!(
-                    "{} must be earlier than the cut {}",
-                    format_instant(since),
-                    format_instant(cut)
-                ),
-            ));
-        }
-        Ok(Window { since, cut })
-    }
-
     /// The bound parameters `$cut` and `$since`, and `$lo`, `$hi` spanning every order.
     pub fn params(&self) -> Vec<Param> {
         self.params_for_orders(i64::MIN, i64::MAX)

@@ -9,13 +9,13 @@ use effect_recon::config::RuleSet;
 use effect_recon::datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use effect_recon::datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use effect_recon::gen::truth::{self, Judge, TRUTH_FILE};
-use effect_recon::gen::world::OrderRows;
-use effect_recon::gen::{self, FaultRates, GenPlan, GenReport};
 use effect_recon::output::{read_run_manifest, run_folder};
 use effect_recon::recon::{self, RunReport};
 use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};
+use effect_recon::workload::truth::{self, Judge, TRUTH_FILE};
+use effect_recon::workload::world::OrderRows;
+use effect_recon::workload::{self as gen, FaultRates, GenPlan, GenReport};
 use proptest::prelude::*;
 
 use super::common::{self, tree_bytes};

@@ -5,11 +5,11 @@
 //! reachable with the usual `AWS_*` variables (`.ci/run` starts a local one); says that it
 //! was NOT run otherwise, and fails when the variable is set but the endpoint fails.
 
-use effect_recon::gen::{self, truth::TRUTH_FILE, GenPlan};
 use effect_recon::output::run_folder;
 use effect_recon::recon;
 use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan};
+use effect_recon::workload::{self as gen, truth::TRUTH_FILE, GenPlan};
 
 use super::common::plan;
 

@@ -18,8 +18,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use super::world::{action, receipt, ExpectTarget, LedgerEntry, MsgId, OrderRows};
 use crate::config::{Rule, RuleSet};
 use crate::error::{Error, Result};
-use crate::recon::Window;
 use crate::time::Micros;
+use crate::time::Window;
 
 /// File name of the truth inside the snapshot folder.
 pub const TRUTH_FILE: &str = "truth.parquet";
@@ -346,7 +346,7 @@ impl TruthColumns {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gen::world::{LedgerEntry, Provider, ReceiptEntry, Status, StatusChange};
+    use crate::workload::world::{LedgerEntry, Provider, ReceiptEntry, Status, StatusChange};
 
     const MIN: Micros = 60_000_000;
     const CUT: Micros = 10_000 * MIN;
