@@ -1,23 +1,34 @@
 //! `verify`: a run's outputs held against a ground truth (the `truth.parquet` of `gen`).
 //!
 //! Findings are compared on `(effect, order_id)` → `(class, verdict)` and skip verdicts
-//! on `msg_id` → `(order_id, verdict)`, exactly. The run is read through its manifest
-//! (never a directory listing), and the truth must be for the run's own cut, window and
-//! rules, or the comparison would be meaningless.
+//! on `msg_id` → `(order_id, verdict)`, exactly. When the truth has the §9 lifecycle
+//! columns (`gen --nights`), findings are also compared on `lifecycle, first_seen_run,
+//! first_break_on, runs_open, rechecked`, skip verdicts on `lifecycle`, and the run's
+//! `resolved` table on `(effect, order_id)` → `(class, first_seen_run, first_break_on,
+//! runs_open, resolution, receipt_id)`. The run is read through its manifest (never a
+//! directory listing), and the truth must be for the run's own cut, window and rules, or
+//! the comparison would be meaningless. [`verify_nights`] walks a whole `gen --nights`
+//! root, pairing each `snapshot=<id>` with `run=<id>`.
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::datatypes::{
+    DataType, Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType,
+};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use object_store::ObjectStore;
 
 use crate::error::{Error, Result};
 use crate::output::{read_run_manifest, RunManifest};
 use crate::storage::Location;
-use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
+use crate::workload::night_truth::RESOLVED;
+use crate::workload::truth::{
+    FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT, TRUTH_FILE,
+};
 
 /// How many mismatches a report lists.
 pub const LISTED_MISMATCHES: usize = 20;
@@ -96,6 +107,8 @@ pub struct VerifyReport {
     pub classes: Vec<Score>,
     /// Per skip verdict.
     pub verdicts: Vec<Score>,
+    /// Per resolution of `resolved` (empty unless the truth has the lifecycle columns).
+    pub resolutions: Vec<Score>,
     /// The first [`LISTED_MISMATCHES`] differences.
     pub mismatches: Vec<String>,
     /// How many differences in all.
@@ -111,8 +124,12 @@ impl VerifyReport {
     /// An aligned report for the terminal.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for (title, scores) in [("finding class", &self.classes), ("skip verdict", &self.verdicts)]
-        {
+        let tables = [
+            ("finding class", &self.classes),
+            ("skip verdict", &self.verdicts),
+            ("resolution", &self.resolutions),
+        ];
+        for (title, scores) in tables.into_iter().filter(|(_, s)| !s.is_empty()) {
             out.push_str(&format!(
                 "  {title:18} {:>8} {:>8} {:>8} {:>9} {:>7}\n",
                 "expected", "reported", "matched", "precision", "recall"
@@ -146,38 +163,74 @@ impl VerifyReport {
 }
 
 type FindingKey = (String, i64);
-type Judged = (String, String);
+
+/// The §9 columns of a finding row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Life {
+    lifecycle: Option<String>,
+    first_seen_run: Option<String>,
+    first_break_on: Option<i64>,
+    runs_open: Option<i32>,
+    rechecked: Option<bool>,
+}
+
+/// A finding's class, verdict and, when compared, its lifecycle columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Judged {
+    class: String,
+    verdict: String,
+    life: Option<Life>,
+}
+
+/// A skip verdict's order, verdict and, when compared, its lifecycle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Skip {
+    order_id: i64,
+    verdict: String,
+    lifecycle: Option<String>,
+}
+
+/// A row of `resolved`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Resolved {
+    class: String,
+    first_seen_run: Option<String>,
+    first_break_on: Option<i64>,
+    runs_open: Option<i32>,
+    resolution: String,
+    receipt_id: Option<String>,
+}
 
 /// The rows of one side (truth or run).
 #[derive(Debug, Default)]
 struct Side {
     findings: BTreeMap<FindingKey, Judged>,
-    skips: BTreeMap<String, (i64, String)>,
+    skips: BTreeMap<String, Skip>,
+    resolved: BTreeMap<FindingKey, Resolved>,
     duplicates: Vec<String>,
 }
 
 impl Side {
-    fn add_finding(
-        &mut self,
-        effect: String,
-        order_id: i64,
-        class: String,
-        verdict: String,
-        source: &str,
-    ) {
-        if let Some(previous) =
-            self.findings.insert((effect.clone(), order_id), (class.clone(), verdict))
-        {
+    fn add_finding(&mut self, effect: String, order_id: i64, judged: Judged, source: &str) {
+        let class = judged.class.clone();
+        if let Some(previous) = self.findings.insert((effect.clone(), order_id), judged) {
             self.duplicates.push(format!(
                 "{source}: two findings for {effect} order {order_id} ({} and {class})",
-                previous.0
+                previous.class
             ));
         }
     }
 
-    fn add_skip(&mut self, msg_id: String, order_id: i64, verdict: String, source: &str) {
-        if self.skips.insert(msg_id.clone(), (order_id, verdict)).is_some() {
+    fn add_skip(&mut self, msg_id: String, skip: Skip, source: &str) {
+        if self.skips.insert(msg_id.clone(), skip).is_some() {
             self.duplicates.push(format!("{source}: two skip verdicts for {msg_id}"));
+        }
+    }
+
+    fn add_resolved(&mut self, effect: String, order_id: i64, row: Resolved, source: &str) {
+        if self.resolved.insert((effect.clone(), order_id), row).is_some() {
+            self.duplicates
+                .push(format!("{source}: two resolved rows for {effect} order {order_id}"));
         }
     }
 }
@@ -195,9 +248,93 @@ pub async fn verify(plan: &VerifyPlan) -> Result<VerifyReport> {
     let manifest = read_run_manifest(&plan.run).await?;
     let (truth_batches, metadata) = read_parquet(truth_bytes, &truth_name)?;
     check_context(&metadata, &manifest, &truth_name)?;
-    let truth = read_truth(&truth_batches, &truth_name)?;
-    let run = read_run(&plan.run, &manifest).await?;
-    Ok(compare(&truth, &run))
+    let lifecycle = truth_batches.first().is_some_and(|b| b.column_by_name("lifecycle").is_some());
+    let truth = read_truth(&truth_batches, &truth_name, lifecycle)?;
+    let run = read_run(&plan.run, &manifest, lifecycle).await?;
+    Ok(compare(&truth, &run, lifecycle))
+}
+
+/// The verification of one night of a `gen --nights` root.
+#[derive(Debug, Clone)]
+pub struct NightVerified {
+    /// The id shared by `snapshot=<id>` and `run=<id>`.
+    pub id: String,
+    /// Its report; `Err` holds why the night could not be compared (no run, wrong run).
+    pub report: std::result::Result<VerifyReport, String>,
+}
+
+/// Every night of a `gen --nights` root, in cut order.
+#[derive(Debug, Clone, Default)]
+pub struct NightsVerifyReport {
+    /// Per night.
+    pub nights: Vec<NightVerified>,
+}
+
+impl NightsVerifyReport {
+    /// Whether every night's run equals its truth.
+    pub fn is_exact(&self) -> bool {
+        !self.nights.is_empty()
+            && self.nights.iter().all(|n| n.report.as_ref().is_ok_and(VerifyReport::is_exact))
+    }
+
+    /// One section per night, then a line per night.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for night in &self.nights {
+            out.push_str(&format!("night {}\n", night.id));
+            match &night.report {
+                Ok(report) => out.push_str(&report.render()),
+                Err(message) => out.push_str(&format!("  cannot compare: {message}\n")),
+            }
+        }
+        out.push_str("nights:\n");
+        for night in &self.nights {
+            let status = match &night.report {
+                Ok(r) if r.is_exact() => "exact".to_string(),
+                Ok(r) => format!("{} mismatches", r.mismatch_count),
+                Err(_) => "not compared".to_string(),
+            };
+            out.push_str(&format!("  {} {status}\n", night.id));
+        }
+        if self.nights.is_empty() {
+            out.push_str("  no snapshot=<id> folder found\n");
+        }
+        out
+    }
+}
+
+/// Verifies each `snapshot=<id>` under `root` (in id order, which is cut order) against
+/// `run=<id>` under `runs`.
+pub async fn verify_nights(root: &Location, runs: &Location) -> Result<NightsVerifyReport> {
+    let mut report = NightsVerifyReport::default();
+    for id in snapshot_ids(root).await? {
+        let plan = VerifyPlan {
+            truth_folder: root.join(&format!("snapshot={id}")),
+            truth_file: TRUTH_FILE.to_string(),
+            run: runs.join(&format!("run={id}")),
+        };
+        let verified = verify(&plan).await.map_err(|e| e.to_string());
+        report.nights.push(NightVerified { id, report: verified });
+    }
+    Ok(report)
+}
+
+/// The ids of the `snapshot=<id>` folders directly under `root`, sorted.
+async fn snapshot_ids(root: &Location) -> Result<Vec<String>> {
+    let prefix = root.path("");
+    let listing = root
+        .store()
+        .list_with_delimiter(Some(&prefix))
+        .await
+        .map_err(|e| Error::store(&root.display(""), e))?;
+    let mut ids: Vec<String> = listing
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename().and_then(|name| name.strip_prefix("snapshot=")))
+        .map(str::to_string)
+        .collect();
+    ids.sort();
+    Ok(ids)
 }
 
 /// The truth must be for the run's cut, window and rules.
@@ -243,15 +380,66 @@ fn read_parquet(
     Ok((batches, metadata))
 }
 
-fn read_truth(batches: &[RecordBatch], file: &str) -> Result<Side> {
+/// The columns of one batch, read by name.
+struct Columns<'a> {
+    batch: &'a RecordBatch,
+    file: &'a str,
+}
+
+impl Columns<'_> {
+    fn text(&self, name: &str) -> Result<Vec<Option<String>>> {
+        strings(self.batch, name, self.file)
+    }
+
+    fn life(&self) -> Result<Vec<Life>> {
+        let (lifecycle, first_seen_run) = (self.text("lifecycle")?, self.text("first_seen_run")?);
+        let first_break_on = timestamps(self.batch, "first_break_on", self.file)?;
+        let runs_open = ints32(self.batch, "runs_open", self.file)?;
+        let rechecked = bools(self.batch, "rechecked", self.file)?;
+        Ok((0..self.batch.num_rows())
+            .map(|i| Life {
+                lifecycle: lifecycle[i].clone(),
+                first_seen_run: first_seen_run[i].clone(),
+                first_break_on: first_break_on[i],
+                runs_open: runs_open[i],
+                rechecked: rechecked[i],
+            })
+            .collect())
+    }
+
+    fn resolved(&self) -> Result<Vec<Resolved>> {
+        let (class, first_seen_run) = (self.text("class")?, self.text("first_seen_run")?);
+        let first_break_on = timestamps(self.batch, "first_break_on", self.file)?;
+        let runs_open = ints32(self.batch, "runs_open", self.file)?;
+        let (resolution, receipt_id) = (self.text("resolution")?, self.text("receipt_id")?);
+        Ok((0..self.batch.num_rows())
+            .map(|i| Resolved {
+                class: class[i].clone().unwrap_or_default(),
+                first_seen_run: first_seen_run[i].clone(),
+                first_break_on: first_break_on[i],
+                runs_open: runs_open[i],
+                resolution: resolution[i].clone().unwrap_or_default(),
+                receipt_id: receipt_id[i].clone(),
+            })
+            .collect())
+    }
+}
+
+fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Side> {
     let mut side = Side::default();
     for batch in batches {
-        let kind = strings(batch, "kind", file)?;
-        let effect = strings(batch, "effect", file)?;
+        let columns = Columns { batch, file };
+        let kind = columns.text("kind")?;
+        let effect = columns.text("effect")?;
         let order_id = ints(batch, "order_id", file)?;
-        let class = strings(batch, "class", file)?;
-        let verdict = strings(batch, "verdict", file)?;
-        let msg_id = strings(batch, "msg_id", file)?;
+        let class = columns.text("class")?;
+        let verdict = columns.text("verdict")?;
+        let msg_id = columns.text("msg_id")?;
+        let (life, resolved) = if lifecycle {
+            (Some(columns.life()?), Some(columns.resolved()?))
+        } else {
+            (None, None)
+        };
         for row in 0..batch.num_rows() {
             let text = |column: &Vec<Option<String>>, name: &str| {
                 column[row].clone().ok_or_else(|| Error::Column {
@@ -261,19 +449,26 @@ fn read_truth(batches: &[RecordBatch], file: &str) -> Result<Side> {
                 })
             };
             match kind[row].as_deref() {
-                Some(FINDING) => side.add_finding(
-                    text(&effect, "effect")?,
-                    order_id[row],
-                    text(&class, "class")?,
-                    text(&verdict, "verdict")?,
-                    "truth",
-                ),
-                Some(SKIP_VERDICT) => side.add_skip(
-                    text(&msg_id, "msg_id")?,
-                    order_id[row],
-                    text(&verdict, "verdict")?,
-                    "truth",
-                ),
+                Some(FINDING) => {
+                    let judged = Judged {
+                        class: text(&class, "class")?,
+                        verdict: text(&verdict, "verdict")?,
+                        life: life.as_ref().map(|l| l[row].clone()),
+                    };
+                    side.add_finding(text(&effect, "effect")?, order_id[row], judged, "truth")
+                }
+                Some(SKIP_VERDICT) => {
+                    let skip = Skip {
+                        order_id: order_id[row],
+                        verdict: text(&verdict, "verdict")?,
+                        lifecycle: life.as_ref().and_then(|l| l[row].lifecycle.clone()),
+                    };
+                    side.add_skip(text(&msg_id, "msg_id")?, skip, "truth")
+                }
+                Some(RESOLVED) if resolved.is_some() => {
+                    let value = resolved.as_ref().map(|r| r[row].clone()).unwrap_or_default();
+                    side.add_resolved(text(&effect, "effect")?, order_id[row], value, "truth")
+                }
                 other => {
                     return Err(Error::Column {
                         file: file.into(),
@@ -287,31 +482,59 @@ fn read_truth(batches: &[RecordBatch], file: &str) -> Result<Side> {
     Ok(side)
 }
 
-async fn read_run(folder: &Location, manifest: &RunManifest) -> Result<Side> {
+async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) -> Result<Side> {
     let mut side = Side::default();
     for batch in &read_table(folder, manifest, "discrepancies").await? {
         let shown = folder.display("discrepancies");
+        let columns = Columns { batch, file: &shown };
         let (effect, order_id, class, verdict) = (
-            strings(batch, "effect", &shown)?,
+            columns.text("effect")?,
             ints(batch, "order_id", &shown)?,
-            strings(batch, "class", &shown)?,
-            strings(batch, "verdict", &shown)?,
+            columns.text("class")?,
+            columns.text("verdict")?,
         );
+        let life = if lifecycle { Some(columns.life()?) } else { None };
         for row in 0..batch.num_rows() {
             let get = |c: &Vec<Option<String>>| c[row].clone().unwrap_or_default();
-            side.add_finding(get(&effect), order_id[row], get(&class), get(&verdict), "run");
+            let judged = Judged {
+                class: get(&class),
+                verdict: get(&verdict),
+                life: life.as_ref().map(|l| l[row].clone()),
+            };
+            side.add_finding(get(&effect), order_id[row], judged, "run");
         }
     }
     for batch in &read_table(folder, manifest, "skip_verdicts").await? {
         let shown = folder.display("skip_verdicts");
-        let (msg_id, order_id, verdict) = (
-            strings(batch, "msg_id", &shown)?,
-            ints(batch, "order_id", &shown)?,
-            strings(batch, "verdict", &shown)?,
-        );
+        let columns = Columns { batch, file: &shown };
+        let (msg_id, order_id, verdict) =
+            (columns.text("msg_id")?, ints(batch, "order_id", &shown)?, columns.text("verdict")?);
+        let skip_lifecycle = if lifecycle { Some(columns.text("lifecycle")?) } else { None };
         for row in 0..batch.num_rows() {
             let get = |c: &Vec<Option<String>>| c[row].clone().unwrap_or_default();
-            side.add_skip(get(&msg_id), order_id[row], get(&verdict), "run");
+            let skip = Skip {
+                order_id: order_id[row],
+                verdict: get(&verdict),
+                lifecycle: skip_lifecycle.as_ref().and_then(|l| l[row].clone()),
+            };
+            side.add_skip(get(&msg_id), skip, "run");
+        }
+    }
+    if lifecycle {
+        if !manifest.tables.contains_key(RESOLVED) {
+            return Err(Error::Mismatch(format!(
+                "{} has no 'resolved' table, but the truth has the lifecycle of DESIGN.md §9",
+                folder.display("manifest.json")
+            )));
+        }
+        for batch in &read_table(folder, manifest, RESOLVED).await? {
+            let shown = folder.display(RESOLVED);
+            let columns = Columns { batch, file: &shown };
+            let (effect, order_id) = (columns.text("effect")?, ints(batch, "order_id", &shown)?);
+            for (row, resolved) in columns.resolved()?.into_iter().enumerate() {
+                let effect = effect[row].clone().unwrap_or_default();
+                side.add_resolved(effect, order_id[row], resolved, "run");
+            }
         }
     }
     Ok(side)
@@ -363,65 +586,104 @@ fn ints(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<i64>> {
     Ok(column.values().to_vec())
 }
 
-fn compare(truth: &Side, run: &Side) -> VerifyReport {
+fn ints32(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i32>>> {
+    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
+    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
+    let column = column
+        .as_primitive_opt::<Int32Type>()
+        .ok_or_else(|| fail(format!("has type {}, expected Int32", column.data_type())))?;
+    Ok(column.iter().collect())
+}
+
+fn timestamps(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i64>>> {
+    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
+    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
+    if !matches!(column.data_type(), DataType::Timestamp(_, _)) {
+        return Err(fail(format!("has type {}, expected a timestamp", column.data_type())));
+    }
+    let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    let column = cast(column, &utc).map_err(|e| fail(format!("not a timestamp: {e}")))?;
+    Ok(column.as_primitive::<TimestampMicrosecondType>().iter().collect())
+}
+
+fn bools(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<bool>>> {
+    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
+    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
+    let column = column
+        .as_boolean_opt()
+        .ok_or_else(|| fail(format!("has type {}, expected Boolean", column.data_type())))?;
+    Ok(column.iter().collect())
+}
+
+fn compare(truth: &Side, run: &Side, lifecycle: bool) -> VerifyReport {
     let mut mismatches: Vec<String> =
         truth.duplicates.iter().chain(&run.duplicates).cloned().collect();
-    let mut classes: BTreeMap<String, Score> = BTreeMap::new();
-    for ((effect, order_id), expected) in &truth.findings {
-        entry(&mut classes, &expected.0).expected += 1;
-        match run.findings.get(&(effect.clone(), *order_id)) {
-            Some(got) if got == expected => entry(&mut classes, &expected.0).matched += 1,
-            Some(got) => mismatches.push(format!(
-                "finding {effect} order {order_id}: expected {}/{}, run has {}/{}",
-                expected.0, expected.1, got.0, got.1
-            )),
-            None => mismatches.push(format!(
-                "finding {effect} order {order_id}: expected {}/{}, run has none",
-                expected.0, expected.1
-            )),
-        }
-    }
-    for ((effect, order_id), got) in &run.findings {
-        entry(&mut classes, &got.0).reported += 1;
-        if !truth.findings.contains_key(&(effect.clone(), *order_id)) {
-            mismatches.push(format!(
-                "finding {effect} order {order_id}: run has {}/{}, truth has none",
-                got.0, got.1
-            ));
-        }
-    }
-    let mut verdicts: BTreeMap<String, Score> = BTreeMap::new();
-    for (msg_id, expected) in &truth.skips {
-        entry(&mut verdicts, &expected.1).expected += 1;
-        match run.skips.get(msg_id) {
-            Some(got) if got == expected => entry(&mut verdicts, &expected.1).matched += 1,
-            Some(got) => mismatches.push(format!(
-                "skip {msg_id} (order {}): expected {}, run has {} (order {})",
-                expected.0, expected.1, got.1, got.0
-            )),
-            None => mismatches.push(format!(
-                "skip {msg_id} (order {}): expected {}, run has none",
-                expected.0, expected.1
-            )),
-        }
-    }
-    for (msg_id, got) in &run.skips {
-        entry(&mut verdicts, &got.1).reported += 1;
-        if !truth.skips.contains_key(msg_id) {
-            mismatches.push(format!(
-                "skip {msg_id} (order {}): run has {}, truth has none",
-                got.0, got.1
-            ));
-        }
-    }
+    let classes = compare_maps(
+        &truth.findings,
+        &run.findings,
+        |j| j.class.clone(),
+        |(effect, order_id), j| match &j.life {
+            Some(life) => {
+                format!("finding {effect} order {order_id}: {}/{} {life:?}", j.class, j.verdict)
+            }
+            None => format!("finding {effect} order {order_id}: {}/{}", j.class, j.verdict),
+        },
+        &mut mismatches,
+    );
+    let verdicts = compare_maps(
+        &truth.skips,
+        &run.skips,
+        |s| s.verdict.clone(),
+        |msg_id, s| match &s.lifecycle {
+            Some(l) => format!("skip {msg_id} (order {}): {} {l}", s.order_id, s.verdict),
+            None => format!("skip {msg_id} (order {}): {}", s.order_id, s.verdict),
+        },
+        &mut mismatches,
+    );
+    let resolutions = if lifecycle {
+        compare_maps(
+            &truth.resolved,
+            &run.resolved,
+            |r| r.resolution.clone(),
+            |(effect, order_id), r| format!("resolved {effect} order {order_id}: {r:?}"),
+            &mut mismatches,
+        )
+    } else {
+        Vec::new()
+    };
     let mismatch_count = mismatches.len();
     mismatches.truncate(LISTED_MISMATCHES);
-    VerifyReport {
-        classes: classes.into_values().collect(),
-        verdicts: verdicts.into_values().collect(),
-        mismatches,
-        mismatch_count,
+    VerifyReport { classes, verdicts, resolutions, mismatches, mismatch_count }
+}
+
+/// Compares one kind of row by key; scores by `label`, lists differences with `show`.
+fn compare_maps<K: Ord, V: PartialEq>(
+    truth: &BTreeMap<K, V>,
+    run: &BTreeMap<K, V>,
+    label: impl Fn(&V) -> String,
+    show: impl Fn(&K, &V) -> String,
+    mismatches: &mut Vec<String>,
+) -> Vec<Score> {
+    let mut scores: BTreeMap<String, Score> = BTreeMap::new();
+    for (key, expected) in truth {
+        entry(&mut scores, &label(expected)).expected += 1;
+        match run.get(key) {
+            Some(got) if got == expected => entry(&mut scores, &label(expected)).matched += 1,
+            Some(got) => mismatches.push(format!(
+                "expected {}; run has {}",
+                show(key, expected),
+                show(key, got)
+            )),
+            None => mismatches.push(format!("expected {}; run has none", show(key, expected))),
+        }
     }
+    for (key, got) in run {
+        entry(&mut scores, &label(got)).reported += 1;
+        if !truth.contains_key(key) {
+            mismatches.push(format!("run has {}; truth has none", show(key, got)));
+        }
+    }
+    scores.into_values().collect()
 }
 
 fn entry<'a>(map: &'a mut BTreeMap<String, Score>, label: &str) -> &'a mut Score {
@@ -440,9 +702,13 @@ mod tests {
     fn side(findings: &[(&str, i64, &str, &str)], skips: &[(&str, i64, &str)]) -> Side {
         let mut s = Side::default();
         findings.iter().for_each(|(e, o, c, v)| {
-            s.add_finding(e.to_string(), *o, c.to_string(), v.to_string(), "t")
+            let judged = Judged { class: c.to_string(), verdict: v.to_string(), life: None };
+            s.add_finding(e.to_string(), *o, judged, "t")
         });
-        skips.iter().for_each(|(m, o, v)| s.add_skip(m.to_string(), *o, v.to_string(), "t"));
+        skips.iter().for_each(|(m, o, v)| {
+            let skip = Skip { order_id: *o, verdict: v.to_string(), lifecycle: None };
+            s.add_skip(m.to_string(), skip, "t")
+        });
         s
     }
 
@@ -450,7 +716,7 @@ mod tests {
     fn equal_sides_are_exact() {
         let a = side(&[("points_grant", 1, "SKIPPED_BUT_DUE", "BREAK")], &[("m1", 1, "WRONG")]);
         let b = side(&[("points_grant", 1, "SKIPPED_BUT_DUE", "BREAK")], &[("m1", 1, "WRONG")]);
-        let report = compare(&a, &b);
+        let report = compare(&a, &b, false);
         assert!(report.is_exact(), "{}", report.render());
         assert_eq!(report.classes[0].precision(), 1.0);
     }
@@ -471,7 +737,7 @@ mod tests {
             ],
             &[],
         );
-        let report = compare(&truth, &run);
+        let report = compare(&truth, &run, false);
         assert_eq!(report.mismatch_count, 4, "{:#?}", report.mismatches);
         let skipped = report.classes.iter().find(|s| s.label == "SKIPPED_BUT_DUE").unwrap();
         assert_eq!((skipped.expected, skipped.reported, skipped.matched), (1, 1, 0));

@@ -188,6 +188,10 @@ pub struct SnapshotManifest {
     /// Who wrote it (`gen`, `export`), informational.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
+    /// The exporter's lower bound (`since - lookback`), RFC 3339: rows older than it are
+    /// not in the snapshot (DESIGN.md §3, §9); absent = unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_from: Option<String>,
 }
 
 /// The files of one table.

@@ -19,6 +19,7 @@ pub struct SnapshotWriter {
     location: Location,
     cut: Micros,
     created_by: String,
+    coverage_from: Option<Micros>,
     files: BTreeMap<Table, Vec<FileEntry>>,
 }
 
@@ -35,8 +36,14 @@ impl SnapshotWriter {
             location: location.clone(),
             cut,
             created_by: created_by.to_string(),
+            coverage_from: None,
             files: BTreeMap::new(),
         })
+    }
+
+    /// Records the lower bound of the rows the snapshot holds (`coverage_from`).
+    pub fn set_coverage_from(&mut self, coverage_from: Micros) {
+        self.coverage_from = Some(coverage_from);
     }
 
     /// The folder being written.
@@ -84,6 +91,7 @@ impl SnapshotWriter {
             cut: format_instant(self.cut),
             tables,
             created_by: Some(self.created_by.clone()),
+            coverage_from: self.coverage_from.map(format_instant),
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
             location: self.location.display(MANIFEST),

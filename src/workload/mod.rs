@@ -7,12 +7,19 @@
 //! * [`truth`] — DESIGN.md §5 computed per order from the simulated rows, and the truth file.
 //! * [`columns`] — Arrow builders of the snapshot tables.
 //! * [`rng`] — the deterministic PRNG.
+//! * [`nights`] — `gen --nights`: consecutive snapshots of one continuing world;
+//!   [`operations`] acts between nights, [`lifecycle`] is the §9 truth of the chain of
+//!   runs and [`night_truth`] its file.
 //!
 //! Invariants: the same plan gives byte-identical files; orders are simulated in blocks of
 //! [`BLOCK_ORDERS`] in `order_id` order, so every table is sorted by `order_id` and memory
 //! stays bounded whatever the size; `manifest.json` is written last.
 
 pub mod columns;
+pub mod lifecycle;
+pub mod night_truth;
+pub mod nights;
+pub mod operations;
 pub mod rng;
 pub mod truth;
 pub mod world;

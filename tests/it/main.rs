@@ -8,6 +8,8 @@
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
+//!   finding (§9), and chained runs equal to every night's truth.
 //! * `s3`           — gen → run → verify through an S3 bucket (when
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
@@ -20,5 +22,6 @@ mod differential;
 mod export;
 mod fixture;
 mod gen;
+mod nights;
 mod s3;
 mod slt;
