@@ -32,6 +32,10 @@ pub enum Error {
     #[error("snapshot file {file}, column {column}: {message}")]
     Column { file: String, column: String, message: String },
 
+    /// The previous run a run follows (`--previous`) cannot be used.
+    #[error("previous run {location}: {message}")]
+    PreviousRun { location: String, message: String },
+
     /// Writing or publishing outputs failed.
     #[error("output {location}: {message}")]
     Output { location: String, message: String },
@@ -67,6 +71,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// A broken invariant of effect-recon itself (a bug, not bad input).
+    #[error("internal error: {0}")]
+    Internal(String),
 
     /// A ground-truth check found differences (verify).
     #[error("{0}")]

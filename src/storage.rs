@@ -159,6 +159,23 @@ impl Location {
         }
     }
 
+    /// The names of the immediate sub-folders of this location (`run=…`, `snapshot=…`),
+    /// sorted; an absent location has none.
+    pub async fn list_folders(&self) -> Result<Vec<String>> {
+        let listing = match self.store.list_with_delimiter(Some(&self.prefix)).await {
+            Ok(listing) => listing,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(Error::store(self.display(""), e)),
+        };
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Deletes every object under this location (used by `--replace`).
     pub async fn delete_all(&self) -> Result<()> {
         let objects: Vec<_> = self

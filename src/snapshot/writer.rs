@@ -41,9 +41,9 @@ impl SnapshotWriter {
         })
     }
 
-    /// Records the lower bound of the rows the snapshot holds (`coverage_from`).
-    pub fn set_coverage_from(&mut self, coverage_from: Micros) {
-        self.coverage_from = Some(coverage_from);
+    /// Records the lower bound of the rows the snapshot holds (DESIGN §3 `coverage_from`).
+    pub fn set_coverage_from(&mut self, from: Micros) {
+        self.coverage_from = Some(from);
     }
 
     /// The folder being written.
@@ -89,9 +89,9 @@ impl SnapshotWriter {
         let manifest = SnapshotManifest {
             format: SNAPSHOT_FORMAT.to_string(),
             cut: format_instant(self.cut),
+            coverage_from: self.coverage_from.map(format_instant),
             tables,
             created_by: Some(self.created_by.clone()),
-            coverage_from: self.coverage_from.map(format_instant),
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
             location: self.location.display(MANIFEST),

@@ -8,6 +8,8 @@
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `lifecycle`    — across nights (DESIGN §9) through `run`: chains, overlapping windows,
+//!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
 //! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
 //!   finding (§9), and chained runs equal to every night's truth.
 //! * `s3`           — gen → run → verify through an S3 bucket (when
@@ -22,6 +24,7 @@ mod differential;
 mod export;
 mod fixture;
 mod gen;
+mod lifecycle;
 mod nights;
 mod s3;
 mod slt;
