@@ -10,7 +10,8 @@ use effect_recon::datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use effect_recon::datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use effect_recon::storage::Location;
-use effect_recon::time::{format_instant, DAY_MICROS};
+use effect_recon::time::{format_compact, format_instant, DAY_MICROS};
+use effect_recon::verify;
 use effect_recon::workload::nights::{self, NightsPlan, NightsReport};
 use effect_recon::workload::truth::TRUTH_FILE;
 use effect_recon::workload::{FaultRates, GenPlan};
@@ -251,38 +252,64 @@ fn effect_recon(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().expect("the binary runs")
 }
 
-/// gen --nights 4 → run each night in cut order into one --out (each follows the one
-/// before by default) → verify --nights: exact, for several seeds.
+fn text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Runs every night of `root` in cut order into `runs` (each follows the one before by
+/// default), with the run options the truth assumes.
+fn run_chain(plan: &NightsPlan, root: &Path, runs: &Path, extra: &[&str]) {
+    for folder in folders(plan, root) {
+        let mut args = vec!["run", "--snapshot", folder.to_str().unwrap()];
+        args.extend(["--out", runs.to_str().unwrap()]);
+        args.extend(extra);
+        let run = effect_recon(&args);
+        assert_eq!(run.status.code(), Some(0), "{}: {}", folder.display(), text(&run));
+    }
+}
+
+/// gen --nights 4 → run each night in cut order into one --out → verify --nights: exact.
 #[test]
-#[ignore = "needs run lifecycle"]
-fn chained_runs_equal_the_truth_of_every_night() {
-    for seed in [1u64, 2, 3] {
+fn chained_runs_equal_the_truth_of_every_night_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let (root, runs) = (dir.path().join("nights"), dir.path().join("runs"));
+    let (root_text, runs_text) = (root.to_str().unwrap(), runs.to_str().unwrap());
+    let args = ["gen", "--nights", "4", "--orders", "6000", "--seed", "9", "--out", root_text];
+    let gen = effect_recon(&args);
+    assert_eq!(gen.status.code(), Some(0), "{}", text(&gen));
+    assert!(text(&gen).contains("resolved: RECEIPT"), "{}", text(&gen));
+    let mut plan = plan(&root, 4, 6000, 9);
+    plan.gen.rates = FaultRates::default();
+    run_chain(&plan, &root, &runs, &[]);
+    let verify = effect_recon(&["verify", "--nights", root_text, "--runs", runs_text]);
+    assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));
+    assert_eq!(text(&verify).matches(" exact\n").count(), 4, "{}", text(&verify));
+    let last = runs.join(format!("run={}", format_compact(plan.cuts()[3])));
+    std::fs::remove_dir_all(last.join("resolved")).unwrap();
+    let broken = effect_recon(&["verify", "--nights", root_text, "--runs", runs_text]);
+    assert_eq!(broken.status.code(), Some(2), "a run that lost a table is not exact");
+}
+
+/// Heavy faults, late receipts, short lookbacks (findings that cannot be re-checked) and a
+/// short max age (EXPIRED): every night of every seed equals the truth exactly.
+#[test]
+fn chained_runs_equal_the_truth_with_late_rows_short_lookbacks_and_expiry() {
+    for (seed, lookback, max_age) in [(1, 30, 30), (2, 3, 30), (3, 2, 3)] {
         let dir = tempfile::tempdir().unwrap();
         let (root, runs) = (dir.path().join("nights"), dir.path().join("runs"));
-        let (root_text, runs_text) = (root.to_str().unwrap(), runs.to_str().unwrap());
-        let seed_text = seed.to_string();
-        let gen = effect_recon(&[
-            "gen", "--nights", "4", "--orders", "6000", "--seed", &seed_text, "--out", root_text,
-        ]);
-        assert_eq!(gen.status.code(), Some(0), "{}", String::from_utf8_lossy(&gen.stderr));
-        let plan = plan(&root, 4, 6000, seed);
-        for folder in folders(&plan, &root) {
-            let run =
-                effect_recon(&["run", "--snapshot", folder.to_str().unwrap(), "--out", runs_text]);
-            assert!(
-                matches!(run.status.code(), Some(0 | 1)),
-                "seed {seed} {}: {}",
-                folder.display(),
-                String::from_utf8_lossy(&run.stderr)
-            );
-        }
-        let verify = effect_recon(&["verify", "--nights", root_text, "--runs", runs_text]);
-        assert_eq!(
-            verify.status.code(),
-            Some(0),
-            "seed {seed}:\n{}{}",
-            String::from_utf8_lossy(&verify.stdout),
-            String::from_utf8_lossy(&verify.stderr)
-        );
+        let mut plan = plan(&root, 5, 5000, seed);
+        (plan.lookback, plan.max_age) = (lookback * DAY_MICROS, max_age * DAY_MICROS);
+        let report = generate(&plan);
+        let expired: u64 = report.nights.iter().filter_map(|n| n.resolved.get("EXPIRED")).sum();
+        assert_eq!(expired > 0, max_age < 5, "seed {seed}: {}", report.render());
+        let max_age_text = format!("{max_age}d");
+        run_chain(&plan, &root, &runs, &["--max-age", &max_age_text]);
+        let location = |p: &Path| Location::parse(p.to_str().unwrap()).unwrap();
+        let checked = block_on(verify::verify_nights(&location(&root), &location(&runs))).unwrap();
+        assert!(checked.is_exact(), "seed {seed}:\n{}", checked.render());
     }
 }
