@@ -349,6 +349,7 @@ pub async fn generate_nights(plan: &NightsPlan) -> Result<NightsReport> {
     for order_id in plan.gen.order_ids() {
         world.simulate(order_id, &mut offsets, &mut order);
         facts.reset(&order);
+        operations.plant_pending_skip(&mut facts);
         operations.plant_late(&mut facts);
         let mut carry = Carry::default();
         for (k, context) in contexts.iter().enumerate() {

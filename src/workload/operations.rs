@@ -10,8 +10,8 @@
 use super::lifecycle::{Carry, Class, NightJudge, OpenFinding, PendingSkip};
 use super::rng::{mix, SplitMix64};
 use super::world::{
-    action, receipt, LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry, Status, StatusChange,
-    World,
+    action, receipt, Fault, LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry, Status,
+    StatusChange, World,
 };
 use crate::config::RuleSet;
 use crate::time::{Micros, DAY_MICROS};
@@ -41,6 +41,9 @@ pub struct OperationRates {
     pub skip_granted: f64,
     /// Per order: a receipt that reaches the provider's table a night late.
     pub late_receipt: f64,
+    /// Per reordered order (a wrong skip): moved so that its skip is still inside its
+    /// grace at some night's cut (a PENDING skip, carried to the next night).
+    pub pending_at_cut: f64,
 }
 
 impl Default for OperationRates {
@@ -53,6 +56,7 @@ impl Default for OperationRates {
             paid_late: 0.3,
             skip_granted: 0.5,
             late_receipt: 0.004,
+            pending_at_cut: 0.5,
         }
     }
 }
@@ -78,6 +82,17 @@ impl Facts {
         self.loaded = order.receipts.iter().map(|r| r.created_at).collect();
         self.reversed = vec![None; order.receipts.len()];
         self.operation_messages = 0;
+    }
+
+    /// Moves every row of the order by `delta`.
+    fn shift(&mut self, delta: Micros) {
+        self.order.history.iter_mut().for_each(|c| c.at += delta);
+        for e in &mut self.order.ledger {
+            e.produced += delta;
+            e.decided_at += delta;
+        }
+        self.order.receipts.iter_mut().for_each(|r| r.created_at += delta);
+        self.loaded.iter_mut().for_each(|t| *t += delta);
     }
 
     /// What a dump at `cut` exporting rows newer than `coverage_from` holds of the order.
@@ -198,6 +213,42 @@ impl<'a> Operations<'a> {
             ^ mix(order_id as u64)
             ^ (night as u64) << 40
             ^ what))
+    }
+
+    /// Moves a reordered order (ORDER_PAID wrongly skipped) so that its skip was decided
+    /// less than a grace after the payment before some night's cut: that night judges
+    /// the skip (and the missing effects) PENDING, and the next nights carry it.
+    pub fn plant_pending_skip(&self, facts: &mut Facts) {
+        let order = &facts.order;
+        if order.fault != Some(Fault::Reorder) || self.cuts.len() < 2 {
+            return;
+        }
+        let mut rng = self.rng(order.order_id, usize::MAX, 0x5E1F);
+        if !rng.chance(self.rates.pending_at_cut) {
+            return;
+        }
+        let skipped =
+            order.ledger.iter().find(|e| e.event == Status::Paid && e.action == action::SKIPPED);
+        let (Some(paid), Some(skipped)) = (order.change(Status::Paid), skipped) else { return };
+        let grace = self.paid_grace();
+        let gap = skipped.decided_at - paid;
+        if gap <= 0 || gap + MS >= grace {
+            return;
+        }
+        let cut = self.cuts[rng.index(self.cuts.len() - 1)];
+        let target = cut - rng.between(gap + MS, grace);
+        facts.shift(target - paid);
+    }
+
+    /// The shortest grace of the rules ORDER_PAID triggers.
+    fn paid_grace(&self) -> Micros {
+        self.rules
+            .rules
+            .iter()
+            .filter(|r| r.trigger_event == Status::Paid.event_type())
+            .map(|r| r.grace_micros)
+            .min()
+            .unwrap_or(0)
     }
 
     /// Plants at most one late receipt: created before some night's cut, loaded after it

@@ -161,7 +161,8 @@ type Key = (String, i64);
 /// is PERSISTING or resolved that was not open; every PENDING skip is carried.
 #[test]
 fn the_truth_never_drops_an_open_finding() {
-    let mut resolutions = BTreeSet::new();
+    let (mut resolutions, mut carried_verdicts) =
+        (BTreeSet::<String>::new(), BTreeSet::<String>::new());
     let (mut persisting, mut late_new, mut not_rechecked) = (0, 0, 0);
     for (seed, lookback) in [(1, 30), (2, 3), (3, 2)] {
         let dir = tempfile::tempdir().unwrap();
@@ -232,6 +233,12 @@ fn the_truth_never_drops_an_open_finding() {
                     })
                     .map(|r| r.msg_id.as_deref().unwrap())
                     .collect();
+                carried_verdicts.extend(
+                    nights[k]
+                        .iter()
+                        .filter(|r| r.lifecycle.as_deref() == Some("CARRIED"))
+                        .map(|r| r.verdict.clone().unwrap()),
+                );
                 for r in nights[k - 1]
                     .iter()
                     .filter(|r| r.kind == "skip_verdict" && r.verdict.as_deref() == Some("PENDING"))
@@ -246,6 +253,9 @@ fn the_truth_never_drops_an_open_finding() {
     }
     assert!(persisting > 0 && late_new > 0, "persisting {persisting}, late NEW {late_new}");
     assert!(not_rechecked > 0, "a short lookback leaves some findings not re-checkable");
+    for verdict in ["WRONG", "HARMLESS"] {
+        assert!(carried_verdicts.contains(verdict), "no carried skip turned {verdict}");
+    }
 }
 
 fn effect_recon(args: &[&str]) -> std::process::Output {
