@@ -13,22 +13,20 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{
-    DataType, Int32Type, Int64Type, TimeUnit, TimestampMicrosecondType,
-};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use object_store::ObjectStore;
+
+mod columns;
+mod nights;
+
+pub use nights::{verify_nights, NightVerified, NightsVerifyReport};
 
 use crate::error::{Error, Result};
 use crate::output::{read_run_manifest, RunManifest};
 use crate::storage::Location;
 use crate::workload::night_truth::RESOLVED;
-use crate::workload::truth::{
-    FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT, TRUTH_FILE,
-};
+use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
+use columns::{ints, Columns};
 
 /// How many mismatches a report lists.
 pub const LISTED_MISMATCHES: usize = 20;
@@ -254,89 +252,6 @@ pub async fn verify(plan: &VerifyPlan) -> Result<VerifyReport> {
     Ok(compare(&truth, &run, lifecycle))
 }
 
-/// The verification of one night of a `gen --nights` root.
-#[derive(Debug, Clone)]
-pub struct NightVerified {
-    /// The id shared by `snapshot=<id>` and `run=<id>`.
-    pub id: String,
-    /// Its report; `Err` holds why the night could not be compared (no run, wrong run).
-    pub report: std::result::Result<VerifyReport, String>,
-}
-
-/// Every night of a `gen --nights` root, in cut order.
-#[derive(Debug, Clone, Default)]
-pub struct NightsVerifyReport {
-    /// Per night.
-    pub nights: Vec<NightVerified>,
-}
-
-impl NightsVerifyReport {
-    /// Whether every night's run equals its truth.
-    pub fn is_exact(&self) -> bool {
-        !self.nights.is_empty()
-            && self.nights.iter().all(|n| n.report.as_ref().is_ok_and(VerifyReport::is_exact))
-    }
-
-    /// One section per night, then a line per night.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for night in &self.nights {
-            out.push_str(&format!("night {}\n", night.id));
-            match &night.report {
-                Ok(report) => out.push_str(&report.render()),
-                Err(message) => out.push_str(&format!("  cannot compare: {message}\n")),
-            }
-        }
-        out.push_str("nights:\n");
-        for night in &self.nights {
-            let status = match &night.report {
-                Ok(r) if r.is_exact() => "exact".to_string(),
-                Ok(r) => format!("{} mismatches", r.mismatch_count),
-                Err(_) => "not compared".to_string(),
-            };
-            out.push_str(&format!("  {} {status}\n", night.id));
-        }
-        if self.nights.is_empty() {
-            out.push_str("  no snapshot=<id> folder found\n");
-        }
-        out
-    }
-}
-
-/// Verifies each `snapshot=<id>` under `root` (in id order, which is cut order) against
-/// `run=<id>` under `runs`.
-pub async fn verify_nights(root: &Location, runs: &Location) -> Result<NightsVerifyReport> {
-    let mut report = NightsVerifyReport::default();
-    for id in snapshot_ids(root).await? {
-        let plan = VerifyPlan {
-            truth_folder: root.join(&format!("snapshot={id}")),
-            truth_file: TRUTH_FILE.to_string(),
-            run: runs.join(&format!("run={id}")),
-        };
-        let verified = verify(&plan).await.map_err(|e| e.to_string());
-        report.nights.push(NightVerified { id, report: verified });
-    }
-    Ok(report)
-}
-
-/// The ids of the `snapshot=<id>` folders directly under `root`, sorted.
-async fn snapshot_ids(root: &Location) -> Result<Vec<String>> {
-    let prefix = root.path("");
-    let listing = root
-        .store()
-        .list_with_delimiter(Some(&prefix))
-        .await
-        .map_err(|e| Error::store(&root.display(""), e))?;
-    let mut ids: Vec<String> = listing
-        .common_prefixes
-        .iter()
-        .filter_map(|p| p.filename().and_then(|name| name.strip_prefix("snapshot=")))
-        .map(str::to_string)
-        .collect();
-    ids.sort();
-    Ok(ids)
-}
-
 /// The truth must be for the run's cut, window and rules.
 fn check_context(
     metadata: &std::collections::HashMap<String, String>,
@@ -378,51 +293,6 @@ fn read_parquet(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| fail(&e))?;
     Ok((batches, metadata))
-}
-
-/// The columns of one batch, read by name.
-struct Columns<'a> {
-    batch: &'a RecordBatch,
-    file: &'a str,
-}
-
-impl Columns<'_> {
-    fn text(&self, name: &str) -> Result<Vec<Option<String>>> {
-        strings(self.batch, name, self.file)
-    }
-
-    fn life(&self) -> Result<Vec<Life>> {
-        let (lifecycle, first_seen_run) = (self.text("lifecycle")?, self.text("first_seen_run")?);
-        let first_break_on = timestamps(self.batch, "first_break_on", self.file)?;
-        let runs_open = ints32(self.batch, "runs_open", self.file)?;
-        let rechecked = bools(self.batch, "rechecked", self.file)?;
-        Ok((0..self.batch.num_rows())
-            .map(|i| Life {
-                lifecycle: lifecycle[i].clone(),
-                first_seen_run: first_seen_run[i].clone(),
-                first_break_on: first_break_on[i],
-                runs_open: runs_open[i],
-                rechecked: rechecked[i],
-            })
-            .collect())
-    }
-
-    fn resolved(&self) -> Result<Vec<Resolved>> {
-        let (class, first_seen_run) = (self.text("class")?, self.text("first_seen_run")?);
-        let first_break_on = timestamps(self.batch, "first_break_on", self.file)?;
-        let runs_open = ints32(self.batch, "runs_open", self.file)?;
-        let (resolution, receipt_id) = (self.text("resolution")?, self.text("receipt_id")?);
-        Ok((0..self.batch.num_rows())
-            .map(|i| Resolved {
-                class: class[i].clone().unwrap_or_default(),
-                first_seen_run: first_seen_run[i].clone(),
-                first_break_on: first_break_on[i],
-                runs_open: runs_open[i],
-                resolution: resolution[i].clone().unwrap_or_default(),
-                receipt_id: receipt_id[i].clone(),
-            })
-            .collect())
-    }
 }
 
 fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Side> {
@@ -567,54 +437,6 @@ async fn read_table(
     Ok(batches)
 }
 
-fn strings(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<String>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
-    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
-    let column = cast(column, &DataType::Utf8).map_err(|e| fail(format!("not text: {e}")))?;
-    Ok(column.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect())
-}
-
-fn ints(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<i64>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
-    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
-    let column = column
-        .as_primitive_opt::<Int64Type>()
-        .ok_or_else(|| fail(format!("has type {}, expected Int64", column.data_type())))?;
-    if column.null_count() > 0 {
-        return Err(fail("holds NULLs".into()));
-    }
-    Ok(column.values().to_vec())
-}
-
-fn ints32(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i32>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
-    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
-    let column = column
-        .as_primitive_opt::<Int32Type>()
-        .ok_or_else(|| fail(format!("has type {}, expected Int32", column.data_type())))?;
-    Ok(column.iter().collect())
-}
-
-fn timestamps(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i64>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
-    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
-    if !matches!(column.data_type(), DataType::Timestamp(_, _)) {
-        return Err(fail(format!("has type {}, expected a timestamp", column.data_type())));
-    }
-    let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    let column = cast(column, &utc).map_err(|e| fail(format!("not a timestamp: {e}")))?;
-    Ok(column.as_primitive::<TimestampMicrosecondType>().iter().collect())
-}
-
-fn bools(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<bool>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message };
-    let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
-    let column = column
-        .as_boolean_opt()
-        .ok_or_else(|| fail(format!("has type {}, expected Boolean", column.data_type())))?;
-    Ok(column.iter().collect())
-}
-
 fn compare(truth: &Side, run: &Side, lifecycle: bool) -> VerifyReport {
     let mut mismatches: Vec<String> =
         truth.duplicates.iter().chain(&run.duplicates).cloned().collect();
@@ -742,6 +564,33 @@ mod tests {
         let skipped = report.classes.iter().find(|s| s.label == "SKIPPED_BUT_DUE").unwrap();
         assert_eq!((skipped.expected, skipped.reported, skipped.matched), (1, 1, 0));
         assert_eq!(report.verdicts[0].recall(), 0.0);
+    }
+
+    #[test]
+    fn lifecycle_columns_and_resolved_rows_are_compared_when_the_truth_has_them() {
+        let life = |runs_open| Life {
+            lifecycle: Some("PERSISTING".into()),
+            first_seen_run: Some("20261128T160000Z".into()),
+            first_break_on: Some(1),
+            runs_open: Some(runs_open),
+            rechecked: Some(true),
+        };
+        let lived = |runs_open, resolution: &str| {
+            let mut s = side(&[], &[]);
+            let judged = Judged {
+                class: "SKIPPED_BUT_DUE".into(),
+                verdict: "BREAK".into(),
+                life: Some(life(runs_open)),
+            };
+            s.add_finding("points_grant".into(), 1, judged, "t");
+            let resolved = Resolved { resolution: resolution.into(), ..Resolved::default() };
+            s.add_resolved("wms_lock".into(), 1, resolved, "t");
+            s
+        };
+        assert!(compare(&lived(2, "RECEIPT"), &lived(2, "RECEIPT"), true).is_exact());
+        let report = compare(&lived(2, "RECEIPT"), &lived(3, "VOIDED"), true);
+        assert_eq!(report.mismatch_count, 2, "{:#?}", report.mismatches);
+        assert_eq!(report.resolutions.len(), 2);
     }
 
     #[test]
