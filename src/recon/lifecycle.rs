@@ -207,7 +207,8 @@ impl PreviousRun {
 /// Whether a column read back has the type written: strings may come back in any string
 /// encoding (the session reads Utf8 as Utf8View).
 fn same_type(found: &DataType, expected: &DataType) -> bool {
-    let is_string = |t: &DataType| matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
+    let is_string =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
     let is_string_list = |t: &DataType| match t {
         DataType::List(f) | DataType::LargeList(f) => is_string(f.data_type()),
         _ => false,

@@ -37,11 +37,7 @@ async fn tiny_day_gives_the_hand_checked_outputs() {
             std::fs::write(&expected_path, &got).unwrap();
         }
         let expected = std::fs::read_to_string(&expected_path).unwrap();
-        assert_eq!(
-            got,
-            expected,
-            "{table} differs from fixtures/tiny/expected/{table}.psv"
-        );
+        assert_eq!(got, expected, "{table} differs from fixtures/tiny/expected/{table}.psv");
     }
     assert_eq!(report.summary.breaks(), 14);
     assert_eq!(report.summary.pending(), 3);
