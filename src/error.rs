@@ -32,6 +32,10 @@ pub enum Error {
     #[error("snapshot file {file}, column {column}: {message}")]
     Column { file: String, column: String, message: String },
 
+    /// A location (directory, `file://` or `s3://` URL) that cannot be used.
+    #[error("location {location}: {message}")]
+    Location { location: String, message: String },
+
     /// The previous run a run follows (`--previous`) cannot be used.
     #[error("previous run {location}: {message}")]
     PreviousRun { location: String, message: String },

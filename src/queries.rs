@@ -137,10 +137,7 @@ pub fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64A
 }
 
 fn missing_column(name: &str) -> Error {
-    Error::Output {
-        location: name.to_string(),
-        message: format!("result column '{name}' missing or of an unexpected type"),
-    }
+    Error::Internal(format!("result column '{name}' missing or of an unexpected type"))
 }
 
 fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {

@@ -29,7 +29,7 @@ impl Location {
     /// Resolves a directory path, `file://` URL or `s3://` URL (credentials from the
     /// usual `AWS_*` environment variables).
     pub fn parse(text: &str) -> Result<Self> {
-        let bad = |message: String| Error::Output { location: text.to_string(), message };
+        let bad = |message: String| Error::Location { location: text.to_string(), message };
         if let Some(rest) = text.strip_prefix("s3://") {
             let url = Url::parse(text).map_err(|e| bad(e.to_string()))?;
             let bucket =

@@ -326,11 +326,9 @@ pub async fn reconcile(
             execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, &mut plans).await?,
         );
     }
-    let schema =
-        in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| Error::Output {
-            location: queries::EFFECTS_IN_PLAY.name.into(),
-            message: "no order_id range was judged".into(),
-        })?;
+    let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
+        Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
+    })?;
     register_batches(
         ctx,
         queries::EFFECTS_IN_PLAY.name,

@@ -120,7 +120,7 @@ impl OutputTable {
     /// are in the same order (types are cast where the engine chose another encoding).
     pub fn conform(self, batches: &[RecordBatch]) -> Result<RecordBatch> {
         let schema = self.schema();
-        let fail = |message: String| Error::Output { location: self.name().to_string(), message };
+        let fail = |message: String| Error::Internal(format!("output {}: {message}", self.name()));
         let mut conformed = Vec::with_capacity(batches.len());
         for batch in batches {
             if batch.num_columns() != schema.fields().len() {

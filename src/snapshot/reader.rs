@@ -244,7 +244,7 @@ impl Snapshot {
 /// rest — the same normalisation `register` applies to Parquet files. Used where inputs
 /// are built in SQL (the sqllogictest harness).
 pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
-    let schema = Schema::from(frame.schema().as_arrow().clone());
+    let schema = frame.schema().as_arrow().clone();
     for spec in table.columns() {
         let field = schema.field_with_name(spec.name).map_err(|_| Error::Column {
             file: table.name().into(),
