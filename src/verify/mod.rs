@@ -23,8 +23,9 @@ pub use nights::{verify_nights, NightVerified, NightsVerifyReport};
 
 use crate::error::{Error, Result};
 use crate::output::{read_run_manifest, RunManifest};
+use crate::recon::lifecycle::RunStatus;
 use crate::storage::Location;
-use crate::workload::night_truth::RESOLVED;
+use crate::workload::night_truth::{META_ORIGIN, META_PREVIOUS_RUN, RESOLVED};
 use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
 use columns::{ints, Columns};
 
@@ -273,6 +274,41 @@ fn check_context(
             }
             None => return Err(Error::SnapshotFile { file: truth.into(), message: format!("no '{key}' in the schema metadata: not a truth file of gen") }),
         }
+    }
+    if metadata.contains_key(META_ORIGIN) {
+        check_chain(metadata, manifest, truth)?;
+    }
+    Ok(())
+}
+
+/// A truth of `gen --nights` is for one chain of runs: the run must follow the previous
+/// night's run, share the chain's origin, and be COMPLETE.
+fn check_chain(
+    metadata: &std::collections::HashMap<String, String>,
+    manifest: &RunManifest,
+    truth: &str,
+) -> Result<()> {
+    let differs = |what: &str, expected: Option<&String>, got: Option<&str>| {
+        Error::Mismatch(format!(
+            "{truth} is for a run with {what} {}, but the run has {}; run the nights in cut order into one --out, each following the one before",
+            expected.map_or("none", String::as_str),
+            got.unwrap_or("none")
+        ))
+    };
+    let previous = metadata.get(META_PREVIOUS_RUN);
+    if previous.map(String::as_str) != manifest.previous_run.as_deref() {
+        return Err(differs("previous run", previous, manifest.previous_run.as_deref()));
+    }
+    let origin = metadata.get(META_ORIGIN);
+    if origin.map(String::as_str) != manifest.origin.as_deref() {
+        return Err(differs("origin", origin, manifest.origin.as_deref()));
+    }
+    if manifest.status != RunStatus::Complete {
+        return Err(Error::Mismatch(format!(
+            "the run is {} ({}); the truth is for a COMPLETE run",
+            manifest.status.as_str(),
+            manifest.reasons.join("; ")
+        )));
     }
     Ok(())
 }
