@@ -33,7 +33,6 @@ use crate::config::RuleSet;
 use crate::error::{Error, Result};
 use crate::parquet_parts::writer_properties;
 use crate::snapshot::{SnapshotWriter, Table, TableWriter};
-use crate::storage::Location;
 use crate::time::{format_compact, format_instant, Micros, DAY_MICROS};
 
 /// The most nights one call generates.
@@ -376,9 +375,4 @@ pub async fn generate_nights(plan: &NightsPlan) -> Result<NightsReport> {
     }
     report.elapsed = started.elapsed();
     Ok(report)
-}
-
-/// The snapshot folders of a root written by `gen --nights`, in cut order.
-pub fn folders(plan: &NightsPlan) -> Vec<Location> {
-    plan.cuts().into_iter().map(|c| plan.gen.out.join(&NightsPlan::snapshot_folder(c))).collect()
 }
