@@ -543,6 +543,63 @@ mod tests {
             .collect()
     }
 
+    /// The first night of a chain is a plain §5 run: the same findings and skip verdicts
+    /// as the single-night judge, BREAK rows NEW.
+    #[test]
+    fn the_first_night_agrees_with_the_single_night_judge() {
+        use crate::workload::truth::{Judge, FINDING};
+        use crate::workload::{FaultRates, GenPlan};
+        let rules = RuleSet::default_rules().unwrap();
+        let mut plan =
+            GenPlan::new(crate::storage::Location::parse("/tmp/unused").unwrap(), 3000).unwrap();
+        let d = FaultRates::default();
+        plan.rates = FaultRates { reorder: 0.05, lost_call: 0.05, orphan: 0.03, edge: 0.05, ..d };
+        plan.incident = true;
+        let world = plan.world(&rules);
+        let window = plan.window();
+        let first = Night {
+            index: 0,
+            since: window.since,
+            cut: window.cut,
+            lower: window.since,
+            max_age: 30 * DAY_MICROS,
+        };
+        let (mut single, mut chained) =
+            (Judge::new(&rules, window), NightJudge::new(&rules, first));
+        let (mut order, mut offsets) = (OrderRows::default(), vec![0; 24]);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut compared = 0;
+        for order_id in plan.order_ids() {
+            world.simulate(order_id, &mut offsets, &mut order);
+            a.clear();
+            b.clear();
+            single.judge(&order, &mut a);
+            let carry = chained.judge(&order, &Carry::default(), &mut b);
+            let expected: Vec<(Option<String>, Option<&str>, &str)> =
+                a.iter().map(|r| (r.effect.map(str::to_string), r.class, r.verdict)).collect();
+            let got: Vec<(Option<String>, Option<&str>, &str)> = b
+                .iter()
+                .map(|r| match *r {
+                    NightRow::Finding { rule, class, verdict, life } => {
+                        assert_eq!(life.is_some(), verdict == Verdict::Break);
+                        let effect = rules.rules[rule].effect.clone();
+                        (Some(effect), Some(class.as_str()), verdict.as_str())
+                    }
+                    NightRow::Skip { verdict, lifecycle, .. } => {
+                        assert_eq!(lifecycle, SkipLifecycle::New);
+                        (None, None, verdict)
+                    }
+                    NightRow::Resolved { .. } => panic!("nothing to resolve on a first night"),
+                })
+                .collect();
+            assert_eq!(got, expected, "order {order_id}");
+            let breaks = a.iter().filter(|r| r.kind == FINDING && r.verdict == "BREAK").count();
+            assert_eq!(carry.open.len(), breaks);
+            compared += a.len();
+        }
+        assert!(compared > 100);
+    }
+
     #[test]
     fn a_skipped_grant_persists_then_resolves_by_receipt() {
         let rules = RuleSet::default_rules().unwrap();
