@@ -307,7 +307,7 @@ impl NightSink {
         for (table, files) in &manifest.tables {
             for file in &files.files {
                 let key = if table == Table::Receipts.name() {
-                    file.path.rsplitn(2, '/').nth(1).unwrap_or(table).to_string()
+                    file.path.rsplit_once('/').map_or(table.as_str(), |(folder, _)| folder).to_string()
                 } else {
                     table.clone()
                 };
@@ -363,7 +363,7 @@ pub async fn generate_nights(plan: &NightsPlan) -> Result<NightsReport> {
             carry = next;
         }
         report.orders += 1;
-        if report.orders % BLOCK_ORDERS as u64 == 0 {
+        if report.orders.is_multiple_of(BLOCK_ORDERS as u64) {
             for sink in &mut sinks {
                 sink.flush().await?;
             }

@@ -1141,7 +1141,7 @@ mod tests {
     fn incident_is_shipped_before_paid() {
         let w = world(FaultRates::none());
         let mut out = OrderRows::default();
-        w.simulate(INCIDENT_ORDER, &mut vec![0; 24], &mut out);
+        w.simulate(INCIDENT_ORDER, &mut [0; 24], &mut out);
         let paid = out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_PAID_MSG)).unwrap();
         let shipped =
             out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_SHIPPED_MSG)).unwrap();
