@@ -8,6 +8,7 @@
 //! # Layout
 //!
 //! * [`error`] — the crate's error type; [`time`] — instants and graces.
+//! * [`events`] — typed progress events; the binary renders them (the library never prints).
 //! * [`config`] — the rules TOML (and the export job config).
 //! * [`storage`] — local directories, `file://` and `s3://` behind one [`storage::Location`].
 //! * [`snapshot`] — the snapshot contract: layout, manifest, schemas, reading and writing.
@@ -30,6 +31,7 @@
 
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod explore;
 pub mod export;
 pub mod history;

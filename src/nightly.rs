@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use crate::config::{JobConfig, RuleSet};
 use crate::error::{Error, Result};
-use crate::export::{self, ExportPlan, ExportReport, Progress};
+use crate::events::{Event, Events};
+use crate::export::{self, ExportPlan, ExportReport};
 use crate::recon::{self, RunPlan, RunReport};
 use crate::session::SessionOptions;
 use crate::snapshot::MANIFEST;
 use crate::storage::Location;
-use crate::time::{format_compact, format_elapsed, format_instant, Micros};
+use crate::time::{format_compact, format_instant, Micros};
 
 /// A validated nightly job.
 #[derive(Debug, Clone)]
@@ -41,12 +42,9 @@ pub struct NightlyReport {
     pub elapsed: Duration,
 }
 
-/// Runs export then run; `stage` receives one line per stage, `progress` the exporter's.
-pub async fn nightly(
-    plan: &NightlyPlan,
-    progress: &Progress,
-    stage: &mut dyn FnMut(&str),
-) -> Result<NightlyReport> {
+/// Runs export then run, reporting each stage (and the export's and run's own progress)
+/// to `events`.
+pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyReport> {
     let started = Instant::now();
     let root_text = plan.job.root.clone().ok_or_else(|| {
         Error::config(
@@ -57,27 +55,25 @@ pub async fn nightly(
     let root = Location::parse(&root_text)?;
     let rules = RuleSet::load(plan.job.rules.as_deref())?;
     let snapshot = root.join(&format!("snapshot={}", format_compact(plan.cut)));
-    stage(&format!(
-        "cut {}, rules {} ({})",
-        format_instant(plan.cut),
-        rules.origin,
-        &rules.hash[..12]
-    ));
+    events.emit(Event::NightlyStarted {
+        cut: format_instant(plan.cut),
+        rules: rules.origin.clone(),
+        rules_hash: rules.hash[..12].to_string(),
+    });
 
     let export = if snapshot.exists(MANIFEST).await? {
-        stage(&format!("export skipped: {} is already complete", snapshot.display("")));
+        events.emit(Event::ExportSkipped { snapshot: snapshot.display("") });
         None
     } else {
         let export_plan =
             ExportPlan { job: plan.job.clone(), out: snapshot.clone(), cut: plan.cut };
-        let report = export::export(&export_plan, progress).await?;
-        stage(&format!(
-            "export done: {} rows from {} sources into {} in {}",
-            report.rows,
-            report.sources.len(),
-            report.location,
-            format_elapsed(report.elapsed)
-        ));
+        let report = export::export(&export_plan, events).await?;
+        events.emit(Event::ExportFinished {
+            rows: report.rows,
+            sources: report.sources.len(),
+            snapshot: report.location.clone(),
+            elapsed: report.elapsed,
+        });
         Some(report)
     };
 
@@ -85,14 +81,13 @@ pub async fn nightly(
     let mut run_plan = RunPlan::new(snapshot.clone(), root, rules);
     run_plan.replace = plan.replace;
     run_plan.session = plan.session.clone();
-    let run = recon::run(&run_plan, &mut |line| stage(&format!("run: {line}"))).await?;
-    stage(&format!(
-        "run done: {} findings ({} BREAK), {} compensation tasks into {} in {}",
-        run.summary.findings.iter().map(|f| f.count).sum::<u64>(),
-        run.summary.breaks(),
-        run.summary.compensation_tasks,
-        run.folder,
-        format_elapsed(run_started.elapsed())
-    ));
+    let run = recon::run(&run_plan, events).await?;
+    events.emit(Event::RunFinished {
+        findings: run.summary.findings.iter().map(|f| f.count).sum::<u64>(),
+        breaks: run.summary.breaks(),
+        tasks: run.summary.compensation_tasks,
+        folder: run.folder.clone(),
+        elapsed: run_started.elapsed(),
+    });
     Ok(NightlyReport { snapshot, export, run, elapsed: started.elapsed() })
 }

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use effect_recon::config::JobConfig;
 use effect_recon::export::load::{load_snapshot, LoadOptions};
-use effect_recon::export::{Progress, ProgressMode};
 use effect_recon::history;
 use effect_recon::nightly::{nightly, NightlyPlan, NightlyReport};
 use effect_recon::output::run_folder;
@@ -21,6 +20,7 @@ use effect_recon::workload::nights::{generate_nights, NightsPlan};
 use effect_recon::workload::{self as gen, truth::TRUTH_FILE, GenPlan, GenReport};
 use effect_recon::Error;
 
+use super::progress::{self, Detail};
 use super::Outcome;
 
 /// The embedded default job: every source in `fulfilment.db`, the nightly root `recon/`.
@@ -116,9 +116,7 @@ async fn execute_nights(args: DemoArgs) -> anyhow::Result<Outcome> {
             replace: true,
             session: SessionOptions::default(),
         };
-        let progress = Progress::new(ProgressMode::detect());
-        let report =
-            nightly(&nightly_plan, &progress, &mut |line| eprintln!("nightly: {line}")).await?;
+        let report = nightly(&nightly_plan, &progress::stderr("nightly: ", Detail::All)).await?;
         print!("{}", report.run.summary.render());
     }
     let checked = verify_nights(&dirs.generated, &recon).await?;
@@ -187,8 +185,7 @@ async fn run_nightly(dirs: &DemoDirs, generated: &GenReport) -> anyhow::Result<N
         replace: true,
         session: SessionOptions::default(),
     };
-    let progress = Progress::new(ProgressMode::detect());
-    Ok(nightly(&plan, &progress, &mut |line| eprintln!("nightly: {line}")).await?)
+    Ok(nightly(&plan, &progress::stderr("nightly: ", Detail::All)).await?)
 }
 
 /// Verifies the run against the truth gen wrote.

@@ -3,10 +3,11 @@
 use std::path::PathBuf;
 
 use effect_recon::config::JobConfig;
-use effect_recon::export::{self, ExportPlan, Progress, ProgressMode};
+use effect_recon::export::{self, ExportPlan};
 use effect_recon::storage::Location;
 use effect_recon::time::{format_instant, Micros};
 
+use super::progress::{self, Detail};
 use super::{parse_instant_arg, Outcome};
 
 /// Export the job's sources (MySQL, PostgreSQL, SQLite) into a Parquet snapshot.
@@ -35,11 +36,6 @@ pub fn default_cut() -> Micros {
     now * 1_000_000
 }
 
-/// Progress on stderr: a status line on a terminal, log lines otherwise.
-pub fn progress(quiet: bool) -> Progress {
-    Progress::new(if quiet { ProgressMode::Quiet } else { ProgressMode::detect() })
-}
-
 /// Runs `effect-recon export`.
 pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
     let plan = ExportPlan {
@@ -47,13 +43,11 @@ pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
         out: Location::parse(&args.out)?,
         cut: args.cut.unwrap_or_else(default_cut),
     };
-    let progress = progress(args.quiet);
-    progress.message(&format!(
-        "export: cut {} into {}",
-        format_instant(plan.cut),
-        plan.out.display("")
-    ));
-    let report = export::export(&plan, &progress).await?;
+    if !args.quiet {
+        eprintln!("export: cut {} into {}", format_instant(plan.cut), plan.out.display(""));
+    }
+    let detail = if args.quiet { Detail::Warnings } else { Detail::All };
+    let report = export::export(&plan, &progress::stderr("", detail)).await?;
     println!(
         "snapshot {}: {} rows from {} sources in {}",
         report.location,

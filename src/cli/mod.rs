@@ -6,6 +6,7 @@ mod export;
 mod gen;
 mod history;
 mod nightly;
+mod progress;
 mod run;
 mod sql;
 mod verify;

@@ -7,7 +7,8 @@ use effect_recon::nightly::{nightly, NightlyPlan};
 use effect_recon::session::SessionOptions;
 use effect_recon::time::format_elapsed;
 
-use super::export::{default_cut, progress};
+use super::export::default_cut;
+use super::progress::{self, Detail};
 use super::{parse_instant_arg, Outcome};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.
@@ -42,13 +43,8 @@ pub async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
         replace: args.replace,
         session: SessionOptions::default(),
     };
-    let quiet = args.quiet;
-    let mut stage = |line: &str| {
-        if !quiet || !line.starts_with("run: ") {
-            eprintln!("nightly: {line}");
-        }
-    };
-    let report = nightly(&plan, &progress(args.quiet), &mut stage).await?;
+    let detail = if args.quiet { Detail::Stages } else { Detail::All };
+    let report = nightly(&plan, &progress::stderr("nightly: ", detail)).await?;
     print!("{}", report.run.summary.render());
     println!("outputs: {}", report.run.folder);
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));

@@ -7,6 +7,7 @@ use effect_recon::recon::lifecycle::PreviousChoice;
 use effect_recon::recon::{self, RunPlan};
 use effect_recon::storage::Location;
 
+use super::progress::{self, Detail};
 use super::{parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, Outcome};
 
 /// Reconcile a snapshot and publish `<out>/run=<id>/`.
@@ -102,13 +103,8 @@ impl RunArgs {
 /// Runs `effect-recon run`.
 pub async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
     let plan = args.plan()?;
-    let quiet = args.quiet;
-    let mut progress = |line: &str| {
-        if !quiet {
-            eprintln!("{line}");
-        }
-    };
-    let report = recon::run(&plan, &mut progress).await?;
+    let detail = if args.quiet { Detail::Warnings } else { Detail::All };
+    let report = recon::run(&plan, &progress::stderr("", detail)).await?;
     for (name, plan) in &report.plans {
         println!("== physical plan of sql/{name}, with metrics ==\n{plan}");
     }

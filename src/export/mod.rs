@@ -20,7 +20,7 @@
 pub mod batch;
 pub mod dialect;
 pub mod load;
-pub mod progress;
+mod progress;
 pub mod source;
 
 use std::collections::BTreeMap;
@@ -33,12 +33,13 @@ use tokio::task::JoinSet;
 
 use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
 use crate::error::{Error, Result};
+use crate::events::Events;
 use crate::snapshot::{
     ColumnKind, FileEntry, SnapshotManifest, SnapshotWriter, Table, TableWriter,
 };
 use crate::storage::Location;
 use crate::time::Micros;
-pub use progress::{Progress, ProgressMode};
+use progress::SourceProgress;
 use source::{Binds, ChunkRead, ColumnRead, Conn, Decoder, ReadError, ResultColumn, Target};
 
 /// Batches buffered per chunk between a reader and the Parquet writer.
@@ -84,7 +85,7 @@ pub struct ExportReport {
 }
 
 /// Exports every source of the job into a snapshot at `plan.out`; the manifest is written last.
-pub async fn export(plan: &ExportPlan, progress: &Progress) -> Result<ExportReport> {
+pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> {
     let started = Instant::now();
     let mut writer = SnapshotWriter::create(&plan.out, plan.cut, "export").await?;
     let (lower, cut) = plan.job.bounds(plan.cut);
@@ -98,7 +99,7 @@ pub async fn export(plan: &ExportPlan, progress: &Progress) -> Result<ExportRepo
             let table_writer = writer
                 .table(source.table, file_stem(&plan.job, source))
                 .with_rows_per_file(settings.rows_per_file);
-            match session.export_source(source, table_writer, binds, settings, progress).await {
+            match session.export_source(source, table_writer, binds, settings, events).await {
                 Ok((files, report)) => {
                     writer.add(source.table, files);
                     reports.insert(index, report);
@@ -248,7 +249,7 @@ impl Session {
         table_writer: TableWriter,
         binds: Binds,
         settings: &ExportSettings,
-        progress: &Progress,
+        events: &Events,
     ) -> Result<(Vec<FileEntry>, SourceReport)> {
         let target = self.target.clone();
         let fail = |m: String| source_error(source, &target, m);
@@ -280,7 +281,7 @@ impl Session {
             verify: settings.verify_counts && chunks.len() > 1,
             chunks: chunks.len(),
         });
-        let mut table_progress = progress.table(&source.label());
+        let mut table_progress = SourceProgress::start(events, &source.label());
         let (files, rows) = self
             .read_chunks(job, &chunks, table_writer, &mut table_progress)
             .await
@@ -300,7 +301,7 @@ impl Session {
         job: Arc<ChunkJob>,
         chunks: &[(i64, i64)],
         mut table_writer: TableWriter,
-        progress: &mut progress::TableProgress<'_>,
+        progress: &mut SourceProgress,
     ) -> Result<(Vec<FileEntry>, u64), String> {
         let workers = chunks.len().min(self.conns.len());
         let mut receivers = Vec::with_capacity(chunks.len());

@@ -25,6 +25,7 @@ use datafusion::prelude::SessionContext;
 
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
+use crate::events::{Event, Events};
 use crate::output::{RunIdentity, RunManifest, RunPublisher};
 use crate::queries::{self, Param, Query};
 use crate::session::{self, SessionOptions};
@@ -168,127 +169,200 @@ pub struct Outputs {
     pub plans: Vec<(String, String)>,
 }
 
-/// Runs the reconciliation and publishes its outputs. `progress` receives one line per stage.
-pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunReport> {
+/// Runs the reconciliation and publishes its outputs, reporting each stage to `events`.
+pub async fn run(plan: &RunPlan, events: &Events) -> Result<RunReport> {
     let mut timings_ms = BTreeMap::new();
     let started = Instant::now();
-    let snapshot = Snapshot::open(&plan.snapshot).await?;
-    let cut = plan.cut.unwrap_or(snapshot.cut());
-    let previous = PreviousRun::choose(&plan.previous, &plan.out, cut).await?;
-    let since = plan.since.or(previous.as_ref().map(|p| p.cut));
-    let window = Window::resolve(snapshot.cut(), plan.cut, since)?;
-    let chain =
-        Chain::new(previous.as_ref(), window.since, window.cut, plan.late_horizon, plan.max_age);
-    let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
-    check_run_id(&run_id)?;
-    let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
-
+    let prepared = Prepared::new(plan).await?;
     let ctx = session::build(&plan.session)?;
-    let stats = snapshot.register(&ctx).await?;
-    match &previous {
-        Some(previous) => previous.register(&ctx).await?,
-        None => lifecycle::register_empty(&ctx)?,
-    }
+    let stats = prepared.register(&ctx).await?;
+    let verdict = prepared.self_check(&ctx, plan, &stats).await?;
     let elapsed = stage(&mut timings_ms, "validate", started);
-    progress(&format!(
-        "validated snapshot {} ({} files, {} rows) in {}",
-        plan.snapshot.display(""),
-        stats.files,
-        total_rows(&stats),
-        crate::time::format_elapsed(elapsed)
-    ));
-    if let Some(previous) = &previous {
-        progress(&format!(
-            "following run {} (cut {}); listing findings that broke after {}",
-            previous.run_id(),
-            previous.manifest.cut,
-            format_instant(chain.list_since)
-        ));
+    events.emit(Event::RunValidated {
+        snapshot: plan.snapshot.display(""),
+        files: stats.files as u64,
+        rows: total_rows(&stats),
+        elapsed,
+    });
+    if let Some(previous) = &prepared.previous {
+        events.emit(Event::RunFollows {
+            previous_run: previous.run_id().to_string(),
+            cut: previous.manifest.cut.clone(),
+            list_since: format_instant(prepared.bounds.list_since),
+        });
     }
+    verdict.warnings.iter().for_each(|w| events.emit(Event::RuleWarning(w.clone())));
+    verdict.reasons.iter().for_each(|r| events.emit(Event::SelfCheckFailed(r.clone())));
 
     let reconcile_started = Instant::now();
-    let bounds = Bounds {
-        window,
-        list_since: chain.list_since,
-        expire_before: chain.expire_before,
-        run_id: run_id.clone(),
-    };
     let outputs =
-        reconcile(&ctx, &plan.rules, &bounds, plan.session.rows_per_pass, plan.explain).await?;
+        reconcile(&ctx, &plan.rules, &prepared.bounds, plan.session.rows_per_pass, plan.explain)
+            .await?;
     let elapsed = stage(&mut timings_ms, "reconcile", reconcile_started);
-    progress(&format!(
-        "reconciled: {} findings, {} skip verdicts, {} resolved in {}",
-        outputs.discrepancies.num_rows(),
-        outputs.skip_verdicts.num_rows(),
-        outputs.resolved.num_rows(),
-        crate::time::format_elapsed(elapsed)
-    ));
+    events.emit(Event::RunReconciled {
+        findings: outputs.discrepancies.num_rows() as u64,
+        skip_verdicts: outputs.skip_verdicts.num_rows() as u64,
+        resolved: outputs.resolved.num_rows() as u64,
+        elapsed,
+    });
 
     let write_started = Instant::now();
-    let coverage_from = snapshot.coverage_from()?;
-    let limits = SelfCheckLimits { max_drop: plan.max_drop };
-    let mut reasons =
-        lifecycle::self_checks(&stats, previous.as_ref(), coverage_from, &chain, limits);
-    let rule_check = rule_check::check(&ctx, &plan.rules, &bounds.params()).await?;
-    for warning in &rule_check.warnings {
-        progress(&format!("warning: {warning}"));
-    }
-    reasons.extend(rule_check.typos.iter().cloned());
-    let status = if reasons.is_empty() { RunStatus::Complete } else { RunStatus::Incomplete };
-    for reason in &reasons {
-        progress(&format!("self-check failed: {reason}"));
-    }
-    let (findings, verdicts) = summary::count_findings(&outputs.discrepancies)?;
-    let lifecycle_counts = summary::count_lifecycle(&outputs.discrepancies, &outputs.resolved)?;
-    let mut summary = Summary {
-        format: SUMMARY_FORMAT.into(),
-        run_id: run_id.clone(),
-        since: format_instant(window.since),
-        cut: format_instant(window.cut),
-        findings,
-        verdicts,
-        skip_verdicts: summary::count_skip_verdicts(&outputs.skip_verdicts)?,
-        compensation_tasks: outputs.compensation_tasks.num_rows() as u64,
-        inputs: stats.rows.clone(),
-        // The write stage cannot be timed inside the file it writes: summary.json has the
-        // stages before it, the returned summary all three.
-        timings_ms: timings_ms.clone(),
-        previous_run: chain.previous_run.clone(),
-        origin: format_instant(chain.origin),
-        late_horizon: format_duration(plan.late_horizon),
-        status,
-        reasons: reasons.clone(),
-        rules_changed: previous.as_ref().is_some_and(|p| p.manifest.rules_hash != plan.rules.hash),
-        rule_warnings: rule_check.warnings,
-        new: lifecycle_counts.new,
-        persisting: lifecycle_counts.persisting,
-        resolved: lifecycle_counts.resolved,
-        not_rechecked: lifecycle_counts.not_rechecked,
-        open: lifecycle_counts.new + lifecycle_counts.persisting,
-        oldest_open_break_on: lifecycle_counts.oldest_open_break_on.map(format_instant),
-    };
-    let identity = RunIdentity {
-        run_id,
-        cut: summary.cut.clone(),
-        since: summary.since.clone(),
-        snapshot: plan.snapshot.display(""),
-        rules_hash: plan.rules.hash.clone(),
-        previous_run: chain.previous_run.clone(),
-        origin: summary.origin.clone(),
-        status,
-        reasons,
-    };
-    let folder = publisher.folder().display("");
-    let tables = [
-        (OutputTable::Discrepancies, &outputs.discrepancies),
-        (OutputTable::CompensationTasks, &outputs.compensation_tasks),
-        (OutputTable::SkipVerdicts, &outputs.skip_verdicts),
-        (OutputTable::Resolved, &outputs.resolved),
-    ];
-    let manifest = publisher.publish(&identity, &tables, &summary).await?;
+    // The write stage cannot be timed inside the file it writes: summary.json has the
+    // stages before it, the returned summary all three.
+    let mut summary = prepared.summary(plan, &stats, &outputs, verdict, timings_ms)?;
+    let folder = prepared.publisher.folder().display("");
+    let manifest = prepared.publish(plan, &outputs, &summary).await?;
     let elapsed = stage(&mut summary.timings_ms, "write", write_started);
-    progress(&format!("wrote {folder} in {}", crate::time::format_elapsed(elapsed)));
+    events.emit(Event::RunWritten { folder: folder.clone(), elapsed });
     Ok(RunReport { summary, manifest, folder, plans: outputs.plans })
+}
+
+/// A run resolved before any work: its snapshot, the run it follows, its bounds and its
+/// claimed output folder.
+struct Prepared {
+    snapshot: Snapshot,
+    previous: Option<PreviousRun>,
+    chain: Chain,
+    bounds: Bounds,
+    publisher: RunPublisher,
+}
+
+/// What the self-checks found before reconciling.
+struct InputVerdict {
+    /// INCOMPLETE reasons (empty: COMPLETE).
+    reasons: Vec<String>,
+    /// Rule values the snapshot does not contain.
+    warnings: Vec<String>,
+}
+
+impl Prepared {
+    /// Opens the snapshot, chooses the previous run, resolves the window and claims
+    /// `<out>/run=<id>/`.
+    async fn new(plan: &RunPlan) -> Result<Prepared> {
+        let snapshot = Snapshot::open(&plan.snapshot).await?;
+        let cut = plan.cut.unwrap_or(snapshot.cut());
+        let previous = PreviousRun::choose(&plan.previous, &plan.out, cut).await?;
+        let since = plan.since.or(previous.as_ref().map(|p| p.cut));
+        let window = Window::resolve(snapshot.cut(), plan.cut, since)?;
+        let chain = Chain::new(
+            previous.as_ref(),
+            window.since,
+            window.cut,
+            plan.late_horizon,
+            plan.max_age,
+        );
+        let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
+        check_run_id(&run_id)?;
+        let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
+        let bounds = Bounds {
+            window,
+            list_since: chain.list_since,
+            expire_before: chain.expire_before,
+            run_id,
+        };
+        Ok(Prepared { snapshot, previous, chain, bounds, publisher })
+    }
+
+    /// Validates and registers the snapshot tables and the previous run's outputs.
+    async fn register(&self, ctx: &SessionContext) -> Result<SnapshotStats> {
+        let stats = self.snapshot.register(ctx).await?;
+        match &self.previous {
+            Some(previous) => previous.register(ctx).await?,
+            None => lifecycle::register_empty(ctx)?,
+        }
+        Ok(stats)
+    }
+
+    /// The self-checks of DESIGN §9 and the rule check: what makes the run INCOMPLETE.
+    async fn self_check(
+        &self,
+        ctx: &SessionContext,
+        plan: &RunPlan,
+        stats: &SnapshotStats,
+    ) -> Result<InputVerdict> {
+        let limits = SelfCheckLimits { max_drop: plan.max_drop };
+        let coverage_from = self.snapshot.coverage_from()?;
+        let mut reasons = lifecycle::self_checks(
+            stats,
+            self.previous.as_ref(),
+            coverage_from,
+            &self.chain,
+            limits,
+        );
+        let rules = rule_check::check(ctx, &plan.rules, &self.bounds.params()).await?;
+        reasons.extend(rules.typos);
+        Ok(InputVerdict { reasons, warnings: rules.warnings })
+    }
+
+    /// The summary of the run's outputs.
+    fn summary(
+        &self,
+        plan: &RunPlan,
+        stats: &SnapshotStats,
+        outputs: &Outputs,
+        verdict: InputVerdict,
+        timings_ms: BTreeMap<String, u64>,
+    ) -> Result<Summary> {
+        let (findings, verdicts) = summary::count_findings(&outputs.discrepancies)?;
+        let counts = summary::count_lifecycle(&outputs.discrepancies, &outputs.resolved)?;
+        let status =
+            if verdict.reasons.is_empty() { RunStatus::Complete } else { RunStatus::Incomplete };
+        Ok(Summary {
+            format: SUMMARY_FORMAT.into(),
+            run_id: self.bounds.run_id.clone(),
+            since: format_instant(self.bounds.window.since),
+            cut: format_instant(self.bounds.window.cut),
+            findings,
+            verdicts,
+            skip_verdicts: summary::count_skip_verdicts(&outputs.skip_verdicts)?,
+            compensation_tasks: outputs.compensation_tasks.num_rows() as u64,
+            inputs: stats.rows.clone(),
+            timings_ms,
+            previous_run: self.chain.previous_run.clone(),
+            origin: format_instant(self.chain.origin),
+            late_horizon: format_duration(plan.late_horizon),
+            status,
+            reasons: verdict.reasons,
+            rules_changed: self
+                .previous
+                .as_ref()
+                .is_some_and(|p| p.manifest.rules_hash != plan.rules.hash),
+            rule_warnings: verdict.warnings,
+            new: counts.new,
+            persisting: counts.persisting,
+            resolved: counts.resolved,
+            not_rechecked: counts.not_rechecked,
+            open: counts.new + counts.persisting,
+            oldest_open_break_on: counts.oldest_open_break_on.map(format_instant),
+        })
+    }
+
+    /// Writes the tables and the summary, then the manifest (create-only).
+    async fn publish(
+        self,
+        plan: &RunPlan,
+        outputs: &Outputs,
+        summary: &Summary,
+    ) -> Result<RunManifest> {
+        let identity = RunIdentity {
+            run_id: summary.run_id.clone(),
+            cut: summary.cut.clone(),
+            since: summary.since.clone(),
+            snapshot: plan.snapshot.display(""),
+            rules_hash: plan.rules.hash.clone(),
+            previous_run: self.chain.previous_run.clone(),
+            origin: summary.origin.clone(),
+            status: summary.status,
+            reasons: summary.reasons.clone(),
+        };
+        let tables = [
+            (OutputTable::Discrepancies, &outputs.discrepancies),
+            (OutputTable::CompensationTasks, &outputs.compensation_tasks),
+            (OutputTable::SkipVerdicts, &outputs.skip_verdicts),
+            (OutputTable::Resolved, &outputs.resolved),
+        ];
+        self.publisher.publish(&identity, &tables, summary).await
+    }
 }
 
 /// Computes the outputs over the tables registered in `ctx` (snapshot tables must

@@ -307,7 +307,10 @@ impl NightSink {
         for (table, files) in &manifest.tables {
             for file in &files.files {
                 let key = if table == Table::Receipts.name() {
-                    file.path.rsplit_once('/').map_or(table.as_str(), |(folder, _)| folder).to_string()
+                    file.path
+                        .rsplit_once('/')
+                        .map_or(table.as_str(), |(folder, _)| folder)
+                        .to_string()
                 } else {
                     table.clone()
                 };

@@ -77,7 +77,7 @@ pub fn plan(snapshot: &Location, out: &Location) -> RunPlan {
 
 /// Runs a plan, discarding progress.
 pub async fn run(plan: &RunPlan) -> effect_recon::Result<RunReport> {
-    recon::run(plan, &mut |_| {}).await
+    recon::run(plan, &effect_recon::events::Events::none()).await
 }
 
 /// Reads every Parquet file of one output table of a run folder, in file order.

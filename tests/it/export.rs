@@ -16,8 +16,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::Int64Type;
 use effect_recon::config::{JobConfig, RuleSet};
+use effect_recon::events::Events;
 use effect_recon::export::load::{self, LoadOptions, LoadTable};
-use effect_recon::export::{self, ExportPlan, ExportReport, Progress, ProgressMode};
+use effect_recon::export::{self, ExportPlan, ExportReport};
 use effect_recon::recon::{self, Outputs, Window};
 use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::{Snapshot, SnapshotWriter, Table, MANIFEST, UTC};
@@ -333,7 +334,7 @@ fn job_text(
 async fn run_export(job: &str, out: &Path) -> Result<ExportReport, Error> {
     let job = JobConfig::parse(job, Path::new("job.toml"), Path::new("/"))?;
     let plan = ExportPlan { job, out: Location::parse(out.to_str().unwrap())?, cut: cut() };
-    export::export(&plan, &Progress::new(ProgressMode::Quiet)).await
+    export::export(&plan, &Events::none()).await
 }
 
 /// Exports `url` and demands the outputs of the original day.

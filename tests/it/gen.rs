@@ -42,7 +42,7 @@ fn plan(dir: &Path, orders: u64, seed: u64) -> GenPlan {
 async fn reconcile(dir: &Path) -> RunReport {
     let mut plan = common::plan(&location(&dir.join("snapshot")), &location(&dir.join("out")));
     plan.replace = true;
-    recon::run(&plan, &mut |_| {}).await.unwrap()
+    recon::run(&plan, &effect_recon::events::Events::none()).await.unwrap()
 }
 
 async fn check(dir: &Path, run: &RunReport) -> VerifyReport {

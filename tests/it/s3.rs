@@ -37,7 +37,9 @@ async fn gen_run_verify_through_an_s3_bucket() {
     gen::generate(&gen_plan).await.expect("gen writes to the bucket");
 
     let mut plan = plan(&snapshot, &out);
-    let report = recon::run(&plan, &mut |_| {}).await.expect("run reads and writes the bucket");
+    let report = recon::run(&plan, &effect_recon::events::Events::none())
+        .await
+        .expect("run reads and writes the bucket");
     let verified = verify::verify(&VerifyPlan {
         truth_folder: snapshot,
         truth_file: TRUTH_FILE.into(),
@@ -48,8 +50,9 @@ async fn gen_run_verify_through_an_s3_bucket() {
     assert!(verified.is_exact(), "{}", verified.render());
 
     // The manifest is create-only on S3 too.
-    let again = recon::run(&plan, &mut |_| {}).await.unwrap_err().to_string();
+    let again =
+        recon::run(&plan, &effect_recon::events::Events::none()).await.unwrap_err().to_string();
     assert!(again.contains("already exists"), "{again}");
     plan.replace = true;
-    recon::run(&plan, &mut |_| {}).await.unwrap();
+    recon::run(&plan, &effect_recon::events::Events::none()).await.unwrap();
 }

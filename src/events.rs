@@ -1,0 +1,153 @@
+//! Typed progress events. The library reports what it does as values and never writes to
+//! the terminal itself; the binary decides how they look (a bar on a terminal, log lines
+//! in a scheduler's log, nothing with `--quiet`).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Something a long command did or is doing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Rows streamed so far from one export source (sent per batch).
+    ExportRows {
+        /// The source and table, e.g. `points (receipts)`.
+        label: String,
+        /// Rows so far.
+        rows: u64,
+        /// Time since the source started.
+        elapsed: Duration,
+    },
+    /// One export source finished.
+    ExportDone {
+        /// The source and table.
+        label: String,
+        /// Rows exported.
+        rows: u64,
+        /// Its wall time.
+        elapsed: Duration,
+        /// Range chunks it was read in.
+        chunks: usize,
+    },
+    /// A run validated its snapshot.
+    RunValidated {
+        /// The snapshot folder.
+        snapshot: String,
+        /// Files read.
+        files: u64,
+        /// Rows in them.
+        rows: u64,
+        /// Wall time.
+        elapsed: Duration,
+    },
+    /// A run follows a previous run (DESIGN §9).
+    RunFollows {
+        /// The previous run's id.
+        previous_run: String,
+        /// Its cut, RFC 3339.
+        cut: String,
+        /// Findings that broke after this are listed, RFC 3339.
+        list_since: String,
+    },
+    /// A run computed its outputs.
+    RunReconciled {
+        /// Discrepancies.
+        findings: u64,
+        /// Skip verdicts.
+        skip_verdicts: u64,
+        /// Previous open findings resolved.
+        resolved: u64,
+        /// Wall time.
+        elapsed: Duration,
+    },
+    /// A rule value the snapshot does not contain.
+    RuleWarning(String),
+    /// A self-check failed: the run will be INCOMPLETE.
+    SelfCheckFailed(String),
+    /// A run published its folder.
+    RunWritten {
+        /// The run folder.
+        folder: String,
+        /// Wall time of the write.
+        elapsed: Duration,
+    },
+    /// The nightly job started.
+    NightlyStarted {
+        /// The cut, RFC 3339.
+        cut: String,
+        /// Where the rules came from.
+        rules: String,
+        /// Their hash (first 12 hex digits).
+        rules_hash: String,
+    },
+    /// A complete snapshot for the cut already existed and is reused.
+    ExportSkipped {
+        /// The snapshot folder.
+        snapshot: String,
+    },
+    /// The nightly export finished.
+    ExportFinished {
+        /// Rows exported.
+        rows: u64,
+        /// Sources read.
+        sources: usize,
+        /// The snapshot folder.
+        snapshot: String,
+        /// Wall time.
+        elapsed: Duration,
+    },
+    /// The nightly run finished.
+    RunFinished {
+        /// Discrepancies.
+        findings: u64,
+        /// BREAK findings.
+        breaks: u64,
+        /// Compensation tasks.
+        tasks: u64,
+        /// The run folder.
+        folder: String,
+        /// Wall time.
+        elapsed: Duration,
+    },
+}
+
+impl Event {
+    /// Whether the event belongs to a run (the stages of `run`, also inside `nightly`).
+    pub fn is_run_stage(&self) -> bool {
+        matches!(
+            self,
+            Event::RunValidated { .. }
+                | Event::RunFollows { .. }
+                | Event::RunReconciled { .. }
+                | Event::RunWritten { .. }
+        )
+    }
+}
+
+/// Where events go: a callback the caller provides, cheap to clone and to share between
+/// the tasks of an export.
+#[derive(Clone)]
+pub struct Events(Arc<dyn Fn(&Event) + Send + Sync>);
+
+impl Events {
+    /// Events handed to `sink`.
+    pub fn new(sink: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        Events(Arc::new(sink))
+    }
+
+    /// Events nobody listens to (tests, benches).
+    pub fn none() -> Self {
+        Events::new(|_| {})
+    }
+
+    /// Reports one event.
+    pub fn emit(&self, event: Event) {
+        (self.0)(&event)
+    }
+}
+
+impl fmt::Debug for Events {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Events")
+    }
+}
