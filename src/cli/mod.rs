@@ -2,9 +2,12 @@
 //! a validated plan of the library before any work starts.
 
 mod demo;
+mod explain;
 mod export;
 mod gen;
 mod nightly;
+mod publish;
+mod reopen;
 mod run;
 mod sql;
 mod verify;
@@ -40,6 +43,12 @@ enum Command {
     Nightly(nightly::NightlyArgs),
     /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
     Load(export::LoadArgs),
+    /// Publish a run's compensation tasks into the team's task table (idempotent).
+    Publish(publish::PublishArgs),
+    /// Reopen the ledger rows of wrong skips (SKIPPED -> REVOKED), audited; dry run unless --apply.
+    Reopen(reopen::ReopenArgs),
+    /// One order's story in time order: statuses, ledger decisions, receipts, findings, tasks.
+    Explain(explain::ExplainArgs),
 }
 
 /// How a successful command ended.
@@ -72,6 +81,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Export(args) => export::execute(args).await,
         Command::Nightly(args) => nightly::execute(args).await,
         Command::Load(args) => export::execute_load(args).await,
+        Command::Publish(args) => publish::execute(args).await,
+        Command::Reopen(args) => reopen::execute(args).await,
+        Command::Explain(args) => explain::execute(args).await,
     }
 }
 
