@@ -3,11 +3,13 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
+use effect_recon::config::JobConfig;
 use effect_recon::export::db::WriteTarget;
 use effect_recon::export::reopen::{
-    self, ItemStatus, ReopenMode, ReopenPlan, ReopenReport, DEFAULT_AUDIT_TABLE,
+    self, ItemStatus, LedgerColumns, ReopenMode, ReopenPlan, ReopenReport, DEFAULT_AUDIT_TABLE,
     DEFAULT_LEDGER_TABLE,
 };
+use effect_recon::snapshot::Table;
 use effect_recon::storage::Location;
 
 use super::Outcome;
@@ -30,15 +32,20 @@ pub struct ReopenArgs {
     /// Undo an earlier apply: its apply id, or one batch id, from the audit table.
     #[arg(long, value_name = "ID", conflicts_with = "run")]
     undo: Option<String>,
-    /// The ledger's database: mysql://, mariadb://, postgres:// or sqlite: URL, without a password.
-    #[arg(long, value_name = "URL")]
-    ledger: String,
-    /// Environment variable holding the database password.
+    /// The ledger's database: mysql://, mariadb://, postgres:// or sqlite: URL, without a
+    /// password (default: the job config's ledger source).
+    #[arg(long, value_name = "URL", required_unless_present = "config")]
+    ledger: Option<String>,
+    /// Environment variable holding the database password (default: the ledger source's).
     #[arg(long, value_name = "VAR")]
     password_env: Option<String>,
-    /// The ledger table (columns msg_id and action).
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_LEDGER_TABLE)]
-    table: String,
+    /// Job config whose ledger [[source]] gives the URL, password_env, table and the column
+    /// names (the columns its query aliases AS msg_id and AS action).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The ledger table (default: from --config, else idempotent_msg).
+    #[arg(long, value_name = "NAME")]
+    table: Option<String>,
     /// The audit table, in the ledger's database.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_AUDIT_TABLE)]
     audit_table: String,
@@ -69,6 +76,18 @@ pub async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
         (None, Some(id)) => ReopenMode::Undo { id: id.clone() },
         _ => bail!("give either --run or --undo"),
     };
+    let (mut url, mut password_env) = (args.ledger.clone(), args.password_env.clone());
+    let (mut table, mut columns) = (None, LedgerColumns::default());
+    if let Some(path) = &args.config {
+        let job = JobConfig::load(path)?;
+        let Some(source) = job.sources.iter().find(|s| s.table == Table::Ledger) else {
+            bail!("{}: no [[source]] with table = \"ledger\"", path.display());
+        };
+        (table, columns) = reopen::ledger_mapping(&source.query);
+        url = url.or_else(|| Some(source.url.clone()));
+        password_env = password_env.or_else(|| source.password_env.clone());
+    }
+    let Some(url) = url else { bail!("give --ledger or --config") };
     let by = args
         .by
         .clone()
@@ -76,8 +95,9 @@ pub async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
         .or_else(|| std::env::var("LOGNAME").ok());
     let plan = ReopenPlan {
         mode,
-        target: WriteTarget::new("reopen", &args.ledger, args.password_env.as_deref())?,
-        table: args.table,
+        target: WriteTarget::new("reopen", &url, password_env.as_deref())?,
+        table: args.table.or(table).unwrap_or_else(|| DEFAULT_LEDGER_TABLE.into()),
+        columns,
         audit_table: args.audit_table,
         apply: args.apply,
         create_audit: args.create,

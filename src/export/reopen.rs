@@ -58,6 +58,46 @@ pub enum ReopenMode {
     },
 }
 
+/// The names of the two ledger columns `reopen` reads and changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerColumns {
+    /// The unique message id (recommended: `msg_id`).
+    pub msg_id: String,
+    /// The decision (recommended: `action`).
+    pub action: String,
+}
+
+impl Default for LedgerColumns {
+    fn default() -> Self {
+        LedgerColumns { msg_id: "msg_id".into(), action: "action".into() }
+    }
+}
+
+/// The ledger table and columns a job config's ledger source query reads: the columns
+/// aliased `AS msg_id` / `AS action` (unaliased: the names themselves) and the table after
+/// its first `FROM`. `None` for the table when the query has no plain `FROM <name>`.
+pub fn ledger_mapping(query: &str) -> (Option<String>, LedgerColumns) {
+    let tokens: Vec<String> = query
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|t| !t.is_empty())
+        .map(|t| t.trim_matches(|c| c == '`' || c == '"').to_string())
+        .collect();
+    let plain = |t: &str| t.rsplit('.').next().unwrap_or(t).to_string();
+    let aliased = |name: &str| {
+        tokens
+            .windows(3)
+            .find(|w| w[1].eq_ignore_ascii_case("AS") && w[2].eq_ignore_ascii_case(name))
+            .map(|w| plain(&w[0]))
+            .unwrap_or_else(|| name.to_string())
+    };
+    let table = tokens
+        .windows(2)
+        .find(|w| w[0].eq_ignore_ascii_case("FROM"))
+        .map(|w| plain(&w[1]))
+        .filter(|t| db::check_identifier("--table", t).is_ok());
+    (table, LedgerColumns { msg_id: aliased("msg_id"), action: aliased("action") })
+}
+
 /// A validated reopen request.
 #[derive(Debug, Clone)]
 pub struct ReopenPlan {
@@ -67,6 +107,8 @@ pub struct ReopenPlan {
     pub target: WriteTarget,
     /// The ledger table.
     pub table: String,
+    /// Its message id and action columns.
+    pub columns: LedgerColumns,
     /// The audit table (same database).
     pub audit_table: String,
     /// Write (otherwise a dry run).
@@ -165,6 +207,8 @@ pub async fn reopen(plan: &ReopenPlan) -> Result<ReopenReport> {
     let started = Instant::now();
     db::check_identifier("--table", &plan.table)?;
     db::check_identifier("--audit-table", &plan.audit_table)?;
+    db::check_identifier("msg_id column", &plan.columns.msg_id)?;
+    db::check_identifier("action column", &plan.columns.action)?;
     let run_items = match &plan.mode {
         ReopenMode::Revoke { run } => Some(revoke_items(&RunOutputs::read(run).await?)),
         ReopenMode::Undo { .. } => None,
@@ -192,11 +236,12 @@ async fn reopen_on(
 ) -> Result<Outcome> {
     let target = &plan.target;
     let (ledger, audit) = (plan.table.as_str(), plan.audit_table.as_str());
-    let probe = format!("SELECT msg_id, action FROM {ledger} WHERE 1 = 0");
+    let LedgerColumns { msg_id, action } = &plan.columns;
+    let probe = format!("SELECT {msg_id}, {action} FROM {ledger} WHERE 1 = 0");
     conn.execute(&probe).await.map_err(|e| {
         target.error(
             ledger,
-            format!("the ledger table is missing or has no msg_id/action columns: {e}"),
+            format!("the ledger table is missing or has no {msg_id}/{action} columns: {e}"),
         )
     })?;
     if plan.create_audit && plan.apply {
@@ -220,7 +265,9 @@ async fn reopen_on(
         }
         (None, ReopenMode::Revoke { .. }) => Vec::new(),
     };
-    classify(conn, ledger, &mut items, plan.batch).await.map_err(|m| target.error(ledger, m))?;
+    classify(conn, ledger, &plan.columns, &mut items, plan.batch)
+        .await
+        .map_err(|m| target.error(ledger, m))?;
     if !plan.apply {
         return Ok((items, None, Vec::new()));
     }
@@ -302,14 +349,16 @@ async fn undo_items(conn: &mut Conn, audit: &str, id: &str) -> Result<Vec<Reopen
 async fn classify(
     conn: &mut Conn,
     ledger: &str,
+    columns: &LedgerColumns,
     items: &mut [ReopenItem],
     batch: usize,
 ) -> Result<(), String> {
+    let LedgerColumns { msg_id, action } = columns;
     let mut current: HashMap<String, String> = HashMap::new();
     for chunk in items.chunks(batch.clamp(1, 1000)) {
         let rows: Vec<(String, String)> = crate::on_conn!(conn, c, DB => {
             let mut q = QueryBuilder::<DB>::new(format!(
-                "SELECT msg_id, action FROM {ledger} WHERE msg_id IN ("
+                "SELECT {msg_id}, {action} FROM {ledger} WHERE {msg_id} IN ("
             ));
             let mut list = q.separated(", ");
             for item in chunk {
@@ -389,7 +438,7 @@ async fn apply(
     let mut moved: Vec<ReopenItem> =
         items.iter().filter(|i| i.status == ItemStatus::Moved).cloned().collect();
     if !moved.is_empty() {
-        classify(conn, &plan.table, &mut moved, plan.batch)
+        classify(conn, &plan.table, &plan.columns, &mut moved, plan.batch)
             .await
             .map_err(|m| target.error(&plan.table, m))?;
         let now: HashMap<String, Option<String>> =
@@ -412,15 +461,16 @@ async fn apply_batch(
     items: &[&ReopenItem],
 ) -> Result<Vec<bool>, sqlx::Error> {
     let (ledger, audit) = (plan.table.as_str(), plan.audit_table.as_str());
+    let LedgerColumns { msg_id, action } = &plan.columns;
     let now = db::now_micros();
     crate::on_conn!(conn, c, DB => {
         let mut tx = c.begin().await?;
         let mut done = Vec::with_capacity(items.len());
         for item in items {
-            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {ledger} SET action = "));
+            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {ledger} SET {action} = "));
             q.push_bind(item.to.clone());
-            q.push(" WHERE msg_id = ").push_bind(item.msg_id.clone());
-            q.push(" AND action = ").push_bind(item.from.clone());
+            q.push(format!(" WHERE {msg_id} = ")).push_bind(item.msg_id.clone());
+            q.push(format!(" AND {action} = ")).push_bind(item.from.clone());
             let changed = q.build().execute(&mut *tx).await?.rows_affected() == 1;
             if changed {
                 let mut q = QueryBuilder::<DB>::new(format!(
@@ -480,4 +530,25 @@ fn write_republish(path: &Path, report: &ReopenReport) -> Result<()> {
     }
     std::fs::write(path, text)
         .map_err(|source| Error::Io { path: path.display().to_string(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ledger_mapping_comes_from_the_source_query_aliases() {
+        let (table, columns) = ledger_mapping(
+            "SELECT m.message_key AS msg_id, order_no AS order_id, `decision` AS action,\n\
+             decided_at FROM team.consumer_ledger m WHERE decided_at > ? AND decided_at <= ?",
+        );
+        assert_eq!(table.as_deref(), Some("consumer_ledger"));
+        assert_eq!(columns.msg_id, "message_key");
+        assert_eq!(columns.action, "decision");
+        let (table, columns) = ledger_mapping(
+            "SELECT msg_id, order_id, action FROM idempotent_msg WHERE decided_at > ?",
+        );
+        assert_eq!(table.as_deref(), Some("idempotent_msg"));
+        assert_eq!(columns, LedgerColumns::default());
+    }
 }

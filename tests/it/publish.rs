@@ -324,6 +324,7 @@ fn reopen_plan(url: &str, mode: ReopenMode, apply: bool) -> ReopenPlan {
         mode,
         target: WriteTarget::new("reopen", url, None).unwrap(),
         table: "idempotent_msg".into(),
+        columns: Default::default(),
         audit_table: "recon_reopen_audit".into(),
         apply,
         create_audit: true,
@@ -721,4 +722,48 @@ async fn mysql_killed_connection_mid_apply_leaves_whole_batches_with_their_audit
     );
     assert!(!revoked.is_empty() && revoked.len() < n, "killed midway: {}", revoked.len());
     assert_eq!(revoked.len() % 10, 0, "whole batches only: {}", revoked.len());
+}
+
+#[tokio::test]
+async fn reopen_takes_the_ledger_table_and_columns_from_the_job_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tiny_run(tmp.path()).await;
+    let url = sqlite_url(tmp.path(), "team.db");
+    exec(
+        &url,
+        "CREATE TABLE consumer_ledger (message_key TEXT PRIMARY KEY, decision TEXT NOT NULL, order_no INTEGER);\
+         INSERT INTO consumer_ledger VALUES ('msg-7391', 'SKIPPED', 8821), ('msg-7392', 'DONE', 8821)",
+    )
+    .await;
+    let ledger_query =
+        "SELECT l.message_key AS msg_id, order_no AS order_id, 'ORDER_PAID' AS event_type, \
+         NULL AS expected_status, l.decision AS action FROM consumer_ledger l WHERE 1 = 1";
+    let job = format!(
+        "[[source]]\ntable = \"ledger\"\nname = \"team\"\nurl = \"{url}\"\nquery = \"{ledger_query}\"\n\
+         [[source]]\ntable = \"status_history\"\nname = \"orders\"\nurl = \"{url}\"\nquery = \"SELECT 1\"\n\
+         [[source]]\ntable = \"receipts\"\nname = \"points\"\nurl = \"{url}\"\nquery = \"SELECT 1\"\n"
+    );
+    let config = tmp.path().join("job.toml");
+    std::fs::write(&config, job).unwrap();
+    let run_arg = run.display("");
+    let (code, out, err) = bin(&[
+        "reopen",
+        "--run",
+        &run_arg,
+        "--config",
+        config.to_str().unwrap(),
+        "--apply",
+        "--create",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("1 changed") && out.contains("3 without a ledger row"), "{out}");
+    let rows =
+        query(&url, "SELECT message_key, decision FROM consumer_ledger ORDER BY message_key").await;
+    assert_eq!(
+        rows,
+        [
+            ("msg-7391".to_string(), "REVOKED".to_string()),
+            ("msg-7392".to_string(), "DONE".to_string())
+        ]
+    );
 }
