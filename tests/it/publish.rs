@@ -767,3 +767,56 @@ async fn reopen_takes_the_ledger_table_and_columns_from_the_job_config() {
         ]
     );
 }
+
+/// A row the consumer changes after the plan was read and before its batch runs is left
+/// alone and reported; every other row is changed with its audit row.
+async fn race_story(url: &str) {
+    load::create_schema(url).await.unwrap();
+    let n = 60;
+    let values: Vec<String> = (0..n)
+        .map(|i| format!("('m-{i:04}', {i}, 'ORDER_PAID', 'SKIPPED', '2026-11-29 10:00:00')"))
+        .collect();
+    exec(
+        url,
+        &format!(
+            "INSERT INTO idempotent_msg (msg_id, order_id, event_type, action, decided_at) VALUES {}",
+            values.join(", ")
+        ),
+    )
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut plan = reopen_plan(url, ReopenMode::Revoke { run: fake_run(tmp.path(), n) }, true);
+    plan.batch = 5;
+    plan.max_rows_per_second = Some(40.0);
+    let apply = tokio::spawn(async move { reopen::reopen(&plan).await });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // The second connection: the consumer decides m-0055 meanwhile.
+    exec(url, "UPDATE idempotent_msg SET action = 'DONE' WHERE msg_id = 'm-0055'").await;
+    let report = apply.await.unwrap().unwrap();
+    let raced = report.items.iter().find(|i| i.msg_id == "m-0055").unwrap();
+    assert_eq!(raced.status, ItemStatus::Moved, "{raced:?}");
+    assert_eq!(raced.current.as_deref(), Some("DONE"));
+    assert_eq!(report.count(ItemStatus::Changed), n - 1);
+    let done = query(url, "SELECT msg_id, action FROM idempotent_msg WHERE action = 'DONE'").await;
+    assert_eq!(done, [("m-0055".to_string(), "DONE".to_string())], "never forced");
+    let audited = query(url, "SELECT msg_id, new_action FROM recon_reopen_audit").await;
+    assert_eq!(audited.len(), n - 1);
+}
+
+#[tokio::test]
+async fn sqlite_a_row_changed_between_plan_and_apply_is_left_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    race_story(&sqlite_url(tmp.path(), "race.db")).await;
+}
+
+#[tokio::test]
+async fn mysql_a_row_changed_between_plan_and_apply_is_left_alone() {
+    let Some(base) = env_url(MYSQL_ENV) else { return };
+    race_story(&mysql_database(&base, "er_it_reopen_race").await).await;
+}
+
+#[tokio::test]
+async fn postgres_a_row_changed_between_plan_and_apply_is_left_alone() {
+    let Some(base) = env_url(PG_ENV) else { return };
+    race_story(&pg_schema(&base, "er_it_reopen_race").await).await;
+}
