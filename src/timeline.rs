@@ -87,7 +87,7 @@ pub async fn explain(
 ) -> Result<Timeline> {
     let started = Instant::now();
     let ctx = session::build(&SessionOptions::default())?;
-    Snapshot::open(snapshot).await?.register(&ctx).await?;
+    Snapshot::open(snapshot).await?.register_files(&ctx).await?;
     if let Some(folder) = run {
         explore::register_run(&ctx, folder).await?;
     }

@@ -115,10 +115,9 @@ fn print_report(report: &ReopenReport) {
     let apply = report.applied;
     for item in &report.items {
         println!(
-            "{:<34} {} -> {}  now {:<15} {}{}  tasks {}",
+            "{:<24} {:<33} now {:<15} {}{}  tasks {}",
             item.msg_id,
-            item.from,
-            item.to,
+            format!("{} -> {}", item.from, item.to),
             item.current.as_deref().unwrap_or("-"),
             item.status.as_str(apply),
             item.batch_id.as_ref().map(|b| format!(" [{b}]")).unwrap_or_default(),
@@ -134,10 +133,14 @@ fn print_report(report: &ReopenReport) {
         report.count(ItemStatus::Missing)
     );
     match &report.apply_id {
-        Some(id) => println!(
+        Some(id) if !report.batches.is_empty() && id.starts_with("reopen-") => println!(
             "applied {id} in {} batch(es): {counts}\nundo with: effect-recon reopen --undo {id} --ledger <URL> --apply",
             report.batches.len()
         ),
+        Some(id) if !report.batches.is_empty() => {
+            println!("applied {id} in {} batch(es): {counts}", report.batches.len())
+        }
+        Some(_) => println!("applied, nothing to change: {counts}"),
         None => println!("dry run, nothing changed: {counts}\nrun again with --apply to change them"),
     }
 }

@@ -426,6 +426,7 @@ async fn apply(
         for (&i, ok) in chunk.iter().zip(done) {
             if ok {
                 items[i].batch_id = Some(batch_id.clone());
+                items[i].current = Some(items[i].to.clone());
                 changed += 1;
             } else {
                 items[i].status = ItemStatus::Moved;
