@@ -820,3 +820,124 @@ async fn postgres_a_row_changed_between_plan_and_apply_is_left_alone() {
     let Some(base) = env_url(PG_ENV) else { return };
     race_story(&pg_schema(&base, "er_it_reopen_race").await).await;
 }
+
+// ---------------------------------------------------------------- end to end
+
+/// gen → load into the database → export → run → reopen --apply → a stand-in consumer
+/// that honours REVOKED processes the republished messages (grants with a receipt, marks
+/// the row DONE) → the next night, over both days, no longer finds those findings.
+async fn end_to_end(url: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = |p: &str| tmp.path().join(p).to_str().unwrap().to_string();
+    let (code, _, err) = bin(&["gen", "--orders", "3000", "--seed", "3", "--out", &path("g")]);
+    assert_eq!(code, Some(0), "{err}");
+    let g = Location::parse(&path("g")).unwrap();
+    load::load_snapshot(&g, url, &LoadOptions::default()).await.unwrap();
+    let job = std::fs::read_to_string(common::repo("fixtures/demo/job.toml"))
+        .unwrap()
+        .replace("sqlite:fulfilment.db", url);
+    std::fs::write(path("job.toml"), job).unwrap();
+    let night = |cut: &str, since: &str, name: &str| {
+        let (code, _, err) = bin(&[
+            "export",
+            "--config",
+            &path("job.toml"),
+            "--out",
+            &path(&format!("snap-{name}")),
+            "--cut",
+            cut,
+            "-q",
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let (code, out, err) = bin(&[
+            "run",
+            "--snapshot",
+            &path(&format!("snap-{name}")),
+            "--out",
+            &path("out"),
+            "--since",
+            since,
+            "--run-id",
+            name,
+            "-q",
+        ]);
+        assert_eq!(code, Some(0), "{out}{err}");
+        Location::parse(&path(&format!("out/run={name}"))).unwrap()
+    };
+    let since = "2026-11-28T16:00:00Z";
+    let first = night(common::TINY_CUT, since, "night1");
+    let replay = path("replay.jsonl");
+    let (code, out, err) = bin(&[
+        "reopen",
+        "--run",
+        &first.display(""),
+        "--ledger",
+        url,
+        "--apply",
+        "--create",
+        "--republish",
+        &replay,
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    // The stand-in consumer: each republished message finds its row REVOKED, so it is
+    // decided again; the order reached the due status, so the effects are granted.
+    let run1 = effect_recon::run_outputs::RunOutputs::read(&first).await.unwrap();
+    let lines = std::fs::read_to_string(&replay).unwrap();
+    let mut granted = Vec::new();
+    for line in lines.lines() {
+        let message: serde_json::Value = serde_json::from_str(line).unwrap();
+        let msg_id = message["msg_id"].as_str().unwrap();
+        let mut sql = String::new();
+        for task in run1.tasks.iter().filter(|t| t.reopen_msg_id.as_deref() == Some(msg_id)) {
+            let table = match task.effect.as_str() {
+                "points_grant" => "points_receipt",
+                "wms_lock" => "wms_receipt",
+                _ => "logistics_receipt",
+            };
+            sql.push_str(&format!(
+                "INSERT INTO {table} (receipt_id, order_id, effect, msg_id, status, created_at) \
+                 VALUES ('comp-{}', {}, '{}', '{msg_id}', 'SUCCEEDED', '2026-11-30 09:00:00.000000');",
+                task.task_id, task.order_id, task.effect
+            ));
+            granted.push((task.effect.clone(), task.order_id));
+        }
+        sql.push_str(&format!(
+            "UPDATE idempotent_msg SET action = 'DONE' WHERE msg_id = '{msg_id}' AND action = 'REVOKED'"
+        ));
+        exec(url, &sql).await;
+    }
+    assert!(granted.len() >= 10, "the day has wrong skips and stalled reviews: {granted:?}");
+
+    let second = night("2026-11-30T16:00:00Z", since, "night2");
+    let run2 = effect_recon::run_outputs::RunOutputs::read(&second).await.unwrap();
+    let still: Vec<(String, i64)> = run2
+        .findings
+        .iter()
+        .map(|f| (f.effect.clone(), f.order_id))
+        .filter(|k| granted.contains(k))
+        .collect();
+    assert!(still.is_empty(), "compensated findings are gone the next night: {still:?}");
+    let breaks = |r: &effect_recon::run_outputs::RunOutputs| {
+        r.findings.iter().filter(|f| f.verdict == "BREAK" && f.class == "DONE_NO_RECEIPT").count()
+    };
+    assert!(breaks(&run1) > 0);
+    assert_eq!(breaks(&run1), breaks(&run2), "uncompensated findings are still found");
+    let revoked =
+        query(url, "SELECT msg_id, action FROM idempotent_msg WHERE action = 'REVOKED'").await;
+    let left: Vec<_> =
+        revoked.iter().filter(|(m, _)| lines.contains(&format!("\"{m}\""))).collect();
+    assert!(left.is_empty(), "every republished message was processed: {left:?}");
+}
+
+#[tokio::test]
+async fn sqlite_end_to_end_reopen_then_the_consumer_then_the_next_night() {
+    let tmp = tempfile::tempdir().unwrap();
+    end_to_end(&format!("sqlite://{}", tmp.path().join("fulfilment.db").display())).await;
+}
+
+#[tokio::test]
+async fn mysql_end_to_end_reopen_then_the_consumer_then_the_next_night() {
+    let Some(base) = env_url(MYSQL_ENV) else { return };
+    end_to_end(&mysql_database(&base, "er_it_e2e").await).await;
+}
