@@ -8,7 +8,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use effect_recon::config::RuleSet;
-use effect_recon::recon::{reconcile, Window};
+use effect_recon::recon::{reconcile, Bounds, Window};
 use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::Snapshot;
 use effect_recon::storage::Location;
@@ -32,6 +32,7 @@ fn bench_reconcile(c: &mut Criterion) {
     let snapshot = runtime.block_on(Snapshot::open(&location)).expect("snapshot");
     let rules = RuleSet::default_rules().expect("rules");
     let window = Window::resolve(snapshot.cut(), None, None).expect("window");
+    let bounds = Bounds::standalone(window, "bench");
     let mut group = c.benchmark_group("reconcile");
     group.sample_size(10);
     group.bench_function(name, |b| {
@@ -43,7 +44,7 @@ fn bench_reconcile(c: &mut Criterion) {
                 })
                 .expect("session");
                 snapshot.register(&ctx).await.expect("register");
-                reconcile(&ctx, &rules, window, effect_recon::session::ROWS_PER_PASS, false)
+                reconcile(&ctx, &rules, &bounds, effect_recon::session::ROWS_PER_PASS, false)
                     .await
                     .expect("reconcile")
             })

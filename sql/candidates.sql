@@ -1,8 +1,10 @@
--- candidates: the findings of the window ($since, $cut] before their ledger evidence.
+-- candidates: the findings this run lists, before their ledger evidence.
 --   MISSING and ORPHAN break when their grace ends: break_on = grace_ends (effects_in_play.sql).
 --   DUPLICATE breaks at the second SUCCEEDED receipt by (created_at, receipt_id):
---   break_on = its created_at, listed only when inside the window.
--- BREAK when break_on <= $cut, PENDING while the grace is still running.
+--   break_on = its created_at.
+-- BREAK when break_on <= $cut, PENDING while the grace is still running. Listed when
+-- break_on > $list_since (listed = true); a pair open in the previous run is kept
+-- whatever its break_on (listed = false) so that rejudged.sql sees its current class.
 WITH second_receipts AS (
     SELECT effect, order_id, created_at AS second_at
     FROM (
@@ -21,7 +23,10 @@ timed AS (
     LEFT JOIN second_receipts d ON d.effect = s.effect AND d.order_id = s.order_id
     WHERE s.kind IS NOT NULL
 )
-SELECT effect, order_id, kind, trigger_event, priority, receipt_count, due_at, break_on,
-       CASE WHEN break_on <= $cut THEN 'BREAK' ELSE 'PENDING' END AS verdict
-FROM timed
-WHERE break_on > $since
+SELECT t.effect, t.order_id, t.kind, t.trigger_event, t.priority, t.receipt_count, t.due_at,
+       t.break_on,
+       CASE WHEN t.break_on <= $cut THEN 'BREAK' ELSE 'PENDING' END AS verdict,
+       t.break_on > $list_since AS listed
+FROM timed t
+WHERE t.break_on > $list_since
+   OR EXISTS (SELECT 1 FROM previous_open p WHERE p.effect = t.effect AND p.order_id = t.order_id)

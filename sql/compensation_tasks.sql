@@ -1,12 +1,15 @@
--- compensation_tasks: one task per BREAK finding, sorted like discrepancies.
+-- compensation_tasks: one task per open (BREAK) finding, NEW and PERSISTING, sorted like
+-- discrepancies; the same task_id every night, attempt = the finding's runs_open.
 --   EXECUTE_EFFECT for the four missing classes: command = the rule's compensation;
 --     reopen_msg_id = the evidence msg_id for SKIPPED_BUT_DUE and REVIEW_STALLED.
 --   REVERSE_EFFECT for DUPLICATE_EFFECT: every SUCCEEDED receipt up to the cut but the
 --     first, in (created_at, receipt_id) order.
 --   INVESTIGATE for ORPHAN_EFFECT.
 -- Outside their own action, command, reopen_msg_id and reverse_receipt_ids are NULL.
+-- A finding not re-checked on this snapshot (rechecked = false) keeps the previous run's
+-- task as it was, with attempt updated.
 WITH breaks AS (
-    SELECT * FROM discrepancies WHERE verdict = 'BREAK'
+    SELECT * FROM discrepancies WHERE verdict = 'BREAK' AND rechecked
 ),
 extra_receipts AS (
     SELECT effect, order_id, receipt_id, created_at
@@ -36,8 +39,16 @@ SELECT b.finding_id AS task_id,
        CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'REVIEW_STALLED') THEN b.msg_id END AS reopen_msg_id,
        v.receipt_ids AS reverse_receipt_ids,
        b.priority,
-       b.finding_id AS idempotency_key
+       b.finding_id AS idempotency_key,
+       b.runs_open AS attempt
 FROM breaks b
 JOIN rules r ON r.effect = b.effect
 LEFT JOIN reversals v ON v.effect = b.effect AND v.order_id = b.order_id AND b.class = 'DUPLICATE_EFFECT'
-ORDER BY b.effect, b.order_id, b.class
+UNION ALL
+SELECT t.task_id, t.effect, t.order_id, t.class, t.action, t.command, t.reopen_msg_id,
+       t.reverse_receipt_ids, t.priority, t.idempotency_key,
+       d.runs_open AS attempt
+FROM discrepancies d
+JOIN previous_tasks t ON t.task_id = d.finding_id
+WHERE NOT d.rechecked
+ORDER BY effect, order_id, class

@@ -3,8 +3,10 @@
 --   voided   : the order reached one of the rule's void statuses, whenever;
 --   ok_count : SUCCEEDED receipts of the effect (FAILED and REVERSED do not count,
 --              effects no rule names are ignored); first_at: the earliest of them;
---   skipped  : a SKIPPED ledger row of the rule's trigger event was decided in the window
---              ($since, $cut] (its skip verdict needs this state).
+--   receipt_rows : receipts of the effect in any status (a reversal leaves its row);
+--   watched  : a SKIPPED ledger row of the rule's trigger event was decided in the window
+--              ($since, $cut] (its skip verdict needs this state), or the pair is in
+--              watched.sql (an open finding or a carried skip of the previous run).
 -- One aggregation over status changes, receipts and skipped ledger rows together rather
 -- than joins of large relations: no large hash table is built, and aggregations spill
 -- under a memory limit. Grouped by the rule's integer id: integer keys hash faster.
@@ -16,14 +18,16 @@ SELECT rule_id,
        bool_or(is_void) AS voided,
        sum(ok) AS ok_count,
        min(receipt_at) AS first_at,
-       bool_or(is_skip) AS skipped
+       sum(receipt_row) AS receipt_rows,
+       bool_or(is_watched) AS watched
 FROM (
     SELECT s.rule_id, h.order_id,
            CASE WHEN s.is_due THEN h.changed_at END AS due_at,
            s.is_void,
            0 AS ok,
            NULL AS receipt_at,
-           false AS is_skip
+           0 AS receipt_row,
+           false AS is_watched
     FROM status_history h
     JOIN rule_statuses s ON s.status = h.status
     WHERE h.changed_at <= $cut AND h.order_id BETWEEN $lo AND $hi
@@ -31,22 +35,34 @@ FROM (
     SELECT u.rule_id, r.order_id,
            NULL AS due_at,
            false AS is_void,
-           1 AS ok,
-           r.created_at AS receipt_at,
-           false AS is_skip
+           CASE WHEN r.status = 'SUCCEEDED' THEN 1 ELSE 0 END AS ok,
+           CASE WHEN r.status = 'SUCCEEDED' THEN r.created_at END AS receipt_at,
+           1 AS receipt_row,
+           false AS is_watched
     FROM receipts r
     JOIN rules u ON u.effect = r.effect
-    WHERE r.status = 'SUCCEEDED' AND r.created_at <= $cut AND r.order_id BETWEEN $lo AND $hi
+    WHERE r.created_at <= $cut AND r.order_id BETWEEN $lo AND $hi
     UNION ALL
     SELECT u.rule_id, l.order_id,
            NULL AS due_at,
            false AS is_void,
            0 AS ok,
            NULL AS receipt_at,
-           true AS is_skip
+           0 AS receipt_row,
+           true AS is_watched
     FROM ledger l
     JOIN rules u ON u.trigger_event = l.event_type
     WHERE l.action = 'SKIPPED' AND l.decided_at > $since AND l.decided_at <= $cut
       AND l.order_id BETWEEN $lo AND $hi
+    UNION ALL
+    SELECT w.rule_id, w.order_id,
+           NULL AS due_at,
+           false AS is_void,
+           0 AS ok,
+           NULL AS receipt_at,
+           0 AS receipt_row,
+           true AS is_watched
+    FROM watched w
+    WHERE w.order_id BETWEEN $lo AND $hi
 )
 GROUP BY rule_id, order_id

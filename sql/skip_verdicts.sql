@@ -1,20 +1,26 @@
--- skip_verdicts: a verdict for every SKIPPED ledger row decided in ($since, $cut],
--- over the rules R triggered by its event_type (none: CORRECT):
+-- skip_verdicts: a verdict for every SKIPPED ledger row decided in ($since, $cut]
+-- (lifecycle NEW) and for every PENDING skip verdict of the previous run decided at or
+-- before $since (lifecycle CARRIED: judged again each night until final), over the
+-- rules R triggered by its event_type (none: CORRECT):
 --   WRONG    some rule is due, not voided, without receipt, and its grace has passed;
 --   PENDING  some rule is due, not voided, without receipt (grace running), or no rule
 --            is due at all and decided_at + max(grace) is after the cut;
 --   HARMLESS some rule is due, not voided, and has a receipt;
 --   CORRECT  otherwise.
 -- The state of each (rule, order) comes from effects_in_play, which keeps the state of
--- every rule whose trigger was skipped in the window; a pair absent there was never due
--- and got nothing. Sorted by order_id, decided_at, msg_id.
+-- every rule whose trigger was skipped in the window or carried (watched.sql); a pair
+-- absent there was never due and got nothing. Sorted by order_id, decided_at, msg_id.
 WITH skipped AS (
-    SELECT msg_id, order_id, event_type, decided_at
+    SELECT msg_id, order_id, event_type, decided_at, 'NEW' AS lifecycle
     FROM ledger
     WHERE action = 'SKIPPED' AND decided_at > $since AND decided_at <= $cut
+    UNION ALL
+    SELECT msg_id, order_id, event_type, decided_at, 'CARRIED' AS lifecycle
+    FROM previous_skip_verdicts
+    WHERE verdict = 'PENDING' AND decided_at <= $since
 ),
 per_skip AS (
-    SELECT k.msg_id,
+    SELECT k.msg_id, k.lifecycle,
            bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count = 0 AND s.due_at + r.grace <= $cut) AS wrong,
            bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count = 0) AS owed,
            bool_or(s.due_at IS NOT NULL) AS any_due,
@@ -23,7 +29,7 @@ per_skip AS (
     FROM skipped k
     JOIN rules r ON r.trigger_event = k.event_type
     LEFT JOIN effects_in_play s ON s.effect = r.effect AND s.order_id = k.order_id
-    GROUP BY k.msg_id
+    GROUP BY k.msg_id, k.lifecycle
 )
 SELECT k.msg_id, k.order_id, k.event_type, k.decided_at,
        CASE
@@ -32,7 +38,8 @@ SELECT k.msg_id, k.order_id, k.event_type, k.decided_at,
            WHEN coalesce(p.owed, false) OR (NOT coalesce(p.any_due, false) AND coalesce(p.young, false)) THEN 'PENDING'
            WHEN coalesce(p.done, false) THEN 'HARMLESS'
            ELSE 'CORRECT'
-       END AS verdict
+       END AS verdict,
+       k.lifecycle
 FROM skipped k
-LEFT JOIN per_skip p ON p.msg_id = k.msg_id
+LEFT JOIN per_skip p ON p.msg_id = k.msg_id AND p.lifecycle = k.lifecycle
 ORDER BY k.order_id, k.decided_at, k.msg_id

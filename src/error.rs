@@ -32,6 +32,14 @@ pub enum Error {
     #[error("snapshot file {file}, column {column}: {message}")]
     Column { file: String, column: String, message: String },
 
+    /// A location (directory, `file://` or `s3://` URL) that cannot be used.
+    #[error("location {location}: {message}")]
+    Location { location: String, message: String },
+
+    /// The previous run a run follows (`--previous`) cannot be used.
+    #[error("previous run {location}: {message}")]
+    PreviousRun { location: String, message: String },
+
     /// Writing or publishing outputs failed.
     #[error("output {location}: {message}")]
     Output { location: String, message: String },
@@ -67,6 +75,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+
+    /// A broken invariant of effect-recon itself (a bug, not bad input).
+    #[error("internal error: {0}")]
+    Internal(String),
 
     /// A tool writing back into a team database (`publish`, `reopen`) failed; `table` is the
     /// database table concerned. Never carries the password.

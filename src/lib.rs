@@ -21,6 +21,7 @@
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
 //! * [`timeline`] — `explain`: one order's story in time order, reorders in words.
 //! * [`nightly`] — the scheduled job: export, then run.
+//! * [`history`] — the runs under an output root, one line each (the backlog over time).
 //! * [`workload`] — the synthetic (`effect-recon gen`) 24-partition workload with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs checked against a ground truth.
 //! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
@@ -34,6 +35,7 @@ pub mod config;
 pub mod error;
 pub mod explore;
 pub mod export;
+pub mod history;
 pub mod nightly;
 pub mod output;
 pub mod parquet_parts;

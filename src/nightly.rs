@@ -82,17 +82,9 @@ pub async fn nightly(
     };
 
     let run_started = Instant::now();
-    let run_plan = RunPlan {
-        snapshot: snapshot.clone(),
-        out: root,
-        rules,
-        cut: None,
-        since: None,
-        run_id: None,
-        replace: plan.replace,
-        session: plan.session.clone(),
-        explain: false,
-    };
+    let mut run_plan = RunPlan::new(snapshot.clone(), root, rules);
+    run_plan.replace = plan.replace;
+    run_plan.session = plan.session.clone();
     let run = recon::run(&run_plan, &mut |line| stage(&format!("run: {line}"))).await?;
     stage(&format!(
         "run done: {} findings ({} BREAK), {} compensation tasks into {} in {}",

@@ -11,6 +11,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 use crate::parquet_parts::PartWriter;
+use crate::recon::lifecycle::RunStatus;
 use crate::recon::outputs::OutputTable;
 use crate::recon::summary::Summary;
 use crate::snapshot::{FileEntry, TableFiles, MANIFEST};
@@ -39,6 +40,19 @@ pub struct RunManifest {
     pub rules_hash: String,
     /// effect-recon version that wrote it.
     pub version: String,
+    /// The run this one follows (DESIGN §9), if any.
+    #[serde(default)]
+    pub previous_run: Option<String>,
+    /// Window start of the first run of the chain, RFC 3339 (absent in runs made before
+    /// the lifecycle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// COMPLETE, or INCOMPLETE when a self-check failed.
+    #[serde(default)]
+    pub status: RunStatus,
+    /// Why the run is INCOMPLETE (empty when COMPLETE).
+    #[serde(default)]
+    pub reasons: Vec<String>,
     /// Output files per table.
     pub tables: BTreeMap<String, TableFiles>,
     /// The summary file.
@@ -58,6 +72,14 @@ pub struct RunIdentity {
     pub snapshot: String,
     /// SHA-256 of the canonical rules.
     pub rules_hash: String,
+    /// The run this one follows.
+    pub previous_run: Option<String>,
+    /// The chain's origin, RFC 3339.
+    pub origin: String,
+    /// COMPLETE or INCOMPLETE.
+    pub status: RunStatus,
+    /// Why INCOMPLETE.
+    pub reasons: Vec<String>,
 }
 
 /// The folder name of a run.
@@ -118,6 +140,10 @@ impl RunPublisher {
             snapshot: identity.snapshot.clone(),
             rules_hash: identity.rules_hash.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
+            previous_run: identity.previous_run.clone(),
+            origin: Some(identity.origin.clone()),
+            status: identity.status,
+            reasons: identity.reasons.clone(),
             tables: files,
             summary: summary_entry,
         };

@@ -3,7 +3,7 @@
 //!
 //! Each file is one query; its file name is the view (or output) name. The recon views
 //! are registered in [`PIPELINE`] order, each seeing the ones before it, with the
-//! parameters `$cut` and `$since` bound (never formatted into the text).
+//! parameters of [`crate::recon::Bounds`] bound (never formatted into the text).
 
 use datafusion::arrow::array::{Array, Int64Array, RecordBatch, StringArray};
 use datafusion::common::ScalarValue;
@@ -28,6 +28,10 @@ macro_rules! query {
 
 /// Rule due/void statuses as rows.
 pub const RULE_STATUSES: Query = query!("rule_statuses");
+/// The previous run's open (BREAK) findings.
+pub const PREVIOUS_OPEN: Query = query!("previous_open");
+/// (rule, order) pairs judged whatever the window: previous open findings, carried skips.
+pub const WATCHED: Query = query!("watched");
 /// Per (effect, order): due_at, voided, SUCCEEDED receipts (owed vs happened).
 pub const EFFECT_STATE: Query = query!("effect_state");
 /// Order id range and row count of the snapshot.
@@ -38,35 +42,49 @@ pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
 pub const CANDIDATES: Query = query!("candidates");
 /// Trigger outcome and evidence row per (order, event type) of a candidate.
 pub const TRIGGER_EVIDENCE: Query = query!("trigger_evidence");
+/// Every candidate classified, with finding_id and evidence, before the lifecycle.
+pub const FINDINGS: Query = query!("findings");
+/// The previous run's open findings judged again: PERSISTING, resolved, or unchecked.
+pub const REJUDGED: Query = query!("rejudged");
 /// The discrepancies output.
 pub const DISCREPANCIES: Query = query!("discrepancies");
 /// The compensation_tasks output (reads the `discrepancies` table).
 pub const COMPENSATION_TASKS: Query = query!("compensation_tasks");
 /// The skip_verdicts output.
 pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
+/// The resolved output: previous open findings closed by this run, and why.
+pub const RESOLVED: Query = query!("resolved");
+/// The distinct effects, event types and statuses of the snapshot (rule typo check).
+pub const VOCABULARY: Query = query!("vocabulary");
 /// Ledger key check, first pass: the hash of every msg_id.
 pub const LEDGER_KEY_HASHES: Query = query!("ledger_key_hashes");
 /// Ledger key check, second pass: the msg_ids behind repeated hashes.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 
 /// Every query of a run in dependency order: each may read the ones before it.
-pub const PIPELINE: [Query; 8] = [
+pub const PIPELINE: [Query; 13] = [
     RULE_STATUSES,
+    PREVIOUS_OPEN,
+    WATCHED,
     EFFECT_STATE,
     EFFECTS_IN_PLAY,
     CANDIDATES,
     TRIGGER_EVIDENCE,
+    FINDINGS,
+    REJUDGED,
     DISCREPANCIES,
     COMPENSATION_TASKS,
     SKIP_VERDICTS,
+    RESOLVED,
 ];
 
 /// Every embedded query: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {
-    PIPELINE.into_iter().chain([ORDER_ID_SPAN, LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS])
+    PIPELINE.into_iter().chain([ORDER_ID_SPAN, LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS, VOCABULARY])
 }
 
-/// A named parameter value (`$cut`, `$since`).
+/// A named parameter value (`$cut`, `$since`, `$list_since`, `$expire_before`, `$run_id`,
+/// `$lo`, `$hi`).
 pub type Param = (&'static str, ScalarValue);
 
 /// Plans `query` with `params` bound.
@@ -119,10 +137,7 @@ pub fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64A
 }
 
 fn missing_column(name: &str) -> Error {
-    Error::Output {
-        location: name.to_string(),
-        message: format!("result column '{name}' missing or of an unexpected type"),
-    }
+    Error::Internal(format!("result column '{name}' missing or of an unexpected type"))
 }
 
 fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {

@@ -16,6 +16,7 @@ use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, Result};
 use crate::output::{read_run_manifest, RunManifest};
+use crate::recon::lifecycle::RunStatus;
 use crate::storage::Location;
 use crate::time::{parse_instant, Micros};
 
@@ -133,6 +134,23 @@ impl RunOutputs {
     /// The run id.
     pub fn run_id(&self) -> &str {
         &self.manifest.run_id
+    }
+
+    /// Refuses a run whose self-checks failed (DESIGN.md §9 INCOMPLETE, exit 3): its
+    /// findings may come from a broken export and must not drive compensation, unless
+    /// the caller says so (`allow`).
+    pub fn check_complete(&self, allow: bool) -> Result<()> {
+        if allow || self.manifest.status != RunStatus::Incomplete {
+            return Ok(());
+        }
+        Err(Error::Argument {
+            name: "--run",
+            message: format!(
+                "run {} is INCOMPLETE ({}); its findings may come from a broken export: fix it and rerun, or pass --allow-incomplete",
+                self.run_id(),
+                self.manifest.reasons.join("; ")
+            ),
+        })
     }
 }
 

@@ -29,7 +29,7 @@ impl Location {
     /// Resolves a directory path, `file://` URL or `s3://` URL (credentials from the
     /// usual `AWS_*` environment variables).
     pub fn parse(text: &str) -> Result<Self> {
-        let bad = |message: String| Error::Output { location: text.to_string(), message };
+        let bad = |message: String| Error::Location { location: text.to_string(), message };
         if let Some(rest) = text.strip_prefix("s3://") {
             let url = Url::parse(text).map_err(|e| bad(e.to_string()))?;
             let bucket =
@@ -157,6 +157,23 @@ impl Location {
             Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
             Err(e) => Err(Error::store(self.display(relative), e)),
         }
+    }
+
+    /// The names of the immediate sub-folders of this location (`run=…`, `snapshot=…`),
+    /// sorted; an absent location has none.
+    pub async fn list_folders(&self) -> Result<Vec<String>> {
+        let listing = match self.store.list_with_delimiter(Some(&self.prefix)).await {
+            Ok(listing) => listing,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(Error::store(self.display(""), e)),
+        };
+        let mut names: Vec<String> = listing
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
     }
 
     /// Deletes every object under this location (used by `--replace`).

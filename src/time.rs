@@ -96,6 +96,30 @@ pub fn format_elapsed(elapsed: std::time::Duration) -> String {
     }
 }
 
+/// A duration as `parse_duration` reads it back: `2d`, `1h 30m`, `0s`.
+pub fn format_duration(micros: Micros) -> String {
+    const UNITS: [(Micros, &str); 5] = [
+        (DAY_MICROS, "d"),
+        (3_600_000_000, "h"),
+        (60_000_000, "m"),
+        (1_000_000, "s"),
+        (1_000, "ms"),
+    ];
+    let mut rest = micros.max(0);
+    let mut parts = Vec::new();
+    for (size, unit) in UNITS {
+        if rest >= size {
+            parts.push(format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    if parts.is_empty() {
+        "0s".to_string()
+    } else {
+        parts.join(" ")
+    }
+}
+
 /// The window a run judges, `(since, cut]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -140,6 +164,14 @@ impl Window {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_read_back() {
+        for text in ["2d", "1h 30m", "30m", "1d 2h 3m 4s 5ms"] {
+            assert_eq!(super::format_duration(super::parse_duration(text).unwrap()), text);
+        }
+        assert_eq!(super::format_duration(0), "0s");
+    }
+
     use super::*;
 
     #[test]

@@ -5,6 +5,7 @@ mod demo;
 mod explain;
 mod export;
 mod gen;
+mod history;
 mod nightly;
 mod publish;
 mod reopen;
@@ -41,6 +42,8 @@ enum Command {
     Export(export::ExportArgs),
     /// The scheduled job: export into <root>/snapshot=<cut>/, then run into <root>/run=<id>/.
     Nightly(nightly::NightlyArgs),
+    /// The runs under an output root, one line each: NEW, PERSISTING, resolved, open backlog.
+    History(history::HistoryArgs),
     /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
     Load(export::LoadArgs),
     /// Publish a run's compensation tasks into the team's task table (idempotent).
@@ -58,6 +61,8 @@ pub enum Outcome {
     Clean,
     /// BREAK findings exist and the user asked to fail on them: exit 1.
     Breaks,
+    /// The run published but a self-check failed (INCOMPLETE): exit 3, whatever else.
+    Incomplete,
 }
 
 impl Outcome {
@@ -66,6 +71,24 @@ impl Outcome {
         match self {
             Outcome::Clean => ExitCode::SUCCESS,
             Outcome::Breaks => ExitCode::from(1),
+            Outcome::Incomplete => ExitCode::from(3),
+        }
+    }
+
+    /// The outcome of a published run: INCOMPLETE wins over BREAK findings.
+    pub fn of_run(summary: &effect_recon::recon::summary::Summary, fail_on_breaks: bool) -> Self {
+        use effect_recon::recon::lifecycle::RunStatus;
+        if summary.status == RunStatus::Incomplete {
+            eprintln!(
+                "exit 3: the run is INCOMPLETE ({} failed self-checks)",
+                summary.reasons.len()
+            );
+            Outcome::Incomplete
+        } else if fail_on_breaks && summary.breaks() > 0 {
+            eprintln!("exit 1: {} BREAK findings (--fail-on-breaks)", summary.breaks());
+            Outcome::Breaks
+        } else {
+            Outcome::Clean
         }
     }
 }
@@ -81,6 +104,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Export(args) => export::execute(args).await,
         Command::Nightly(args) => nightly::execute(args).await,
         Command::Load(args) => export::execute_load(args).await,
+        Command::History(args) => history::execute(args).await,
         Command::Publish(args) => publish::execute(args).await,
         Command::Reopen(args) => reopen::execute(args).await,
         Command::Explain(args) => explain::execute(args).await,
@@ -103,6 +127,19 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
         _ => return Err(format!("'{text}' has an unknown unit (use KiB, MiB, GiB)")),
     };
     Ok((number * multiplier) as usize)
+}
+
+/// Parses a duration argument (`2d`, `1h 30m`).
+pub fn parse_duration_arg(text: &str) -> Result<i64, String> {
+    effect_recon::time::parse_duration(text)
+}
+
+/// Parses a fraction in [0, 1].
+pub fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("'{text}' is not a fraction between 0 and 1 (e.g. 0.5)")),
+    }
 }
 
 /// Parses an instant argument.

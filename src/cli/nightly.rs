@@ -12,7 +12,8 @@ use super::{parse_instant_arg, Outcome};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error.\n\
+#[command(after_help = "Each night's run follows the latest earlier run under root (DESIGN §9).\n\
+Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE run (wins over 1).\n\
 A complete snapshot for the same cut is reused (a retry after a failed run does not export again).\n\
 Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks")]
 pub struct NightlyArgs {
@@ -51,8 +52,5 @@ pub async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
     print!("{}", report.run.summary.render());
     println!("outputs: {}", report.run.folder);
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
-    if args.fail_on_breaks && report.run.summary.breaks() > 0 {
-        return Ok(Outcome::Breaks);
-    }
-    Ok(Outcome::Clean)
+    Ok(Outcome::of_run(&report.run.summary, args.fail_on_breaks))
 }

@@ -35,6 +35,9 @@ pub struct PublishArgs {
     /// Tasks per transaction.
     #[arg(long, value_name = "N", default_value_t = 500)]
     batch: usize,
+    /// Act on a run whose self-checks failed (INCOMPLETE, exit 3) all the same.
+    #[arg(long)]
+    allow_incomplete: bool,
     /// Exit 1 when a task the executor marked DONE is still listed by the run.
     #[arg(long)]
     fail_on_breaks: bool,
@@ -48,6 +51,7 @@ pub async fn execute(args: PublishArgs) -> anyhow::Result<Outcome> {
         table: args.table,
         create: args.create,
         batch: args.batch.max(1),
+        allow_incomplete: args.allow_incomplete,
     };
     let report = publish::publish(&plan).await?;
     println!(

@@ -64,6 +64,9 @@ pub struct ReopenArgs {
     /// Who does it, for the audit (default: the OS user).
     #[arg(long, value_name = "NAME")]
     by: Option<String>,
+    /// Act on a run whose self-checks failed (INCOMPLETE, exit 3) all the same.
+    #[arg(long)]
+    allow_incomplete: bool,
     /// With --apply: write the reopened messages as JSON lines for a producer script to replay.
     #[arg(long, value_name = "FILE")]
     republish: Option<PathBuf>,
@@ -105,6 +108,7 @@ pub async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
         max_rows_per_second: args.max_rows_per_second,
         by: by.unwrap_or_else(|| "unknown".into()),
         republish: args.republish,
+        allow_incomplete: args.allow_incomplete,
     };
     let report = reopen::reopen(&plan).await?;
     print_report(&report);

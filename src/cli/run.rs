@@ -3,15 +3,23 @@
 use std::path::PathBuf;
 
 use effect_recon::config::RuleSet;
+use effect_recon::recon::lifecycle::PreviousChoice;
 use effect_recon::recon::{self, RunPlan};
 use effect_recon::storage::Location;
 
-use super::{parse_instant_arg, EngineArgs, Outcome};
+use super::{parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, Outcome};
 
 /// Reconcile a snapshot and publish `<out>/run=<id>/`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error.\n\
-Example:\n  effect-recon run --snapshot fixtures/snapshot --out /tmp/recon --fail-on-breaks")]
+#[command(
+    after_help = "A run follows the latest complete earlier run under --out (DESIGN §9): its window \
+starts at that run's cut, its open findings are judged again (PERSISTING, or closed in the resolved table), \
+its PENDING skips are carried until final.\n\
+Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE (a self-check failed: \
+an empty table, a vanished receipts source, a table that shrank past --max-drop, a snapshot that does not \
+reach back far enough; 3 wins over 1).\n\
+Example:\n  effect-recon run --snapshot fixtures/tiny/snapshot --out /tmp/recon --fail-on-breaks"
+)]
 pub struct RunArgs {
     /// Snapshot folder: a directory, file:// or s3:// URL holding manifest.json.
     #[arg(long, value_name = "DIR|URL")]
@@ -25,7 +33,7 @@ pub struct RunArgs {
     /// Logical cut (default: the snapshot's cut); inputs after it are ignored.
     #[arg(long, value_name = "ISO", value_parser = parse_instant_arg)]
     cut: Option<i64>,
-    /// Window start, exclusive (default: cut minus one day).
+    /// Window start, exclusive (default: the previous run's cut, or cut minus one day).
     #[arg(long, value_name = "ISO", value_parser = parse_instant_arg)]
     since: Option<i64>,
     /// Run id (default: the cut as YYYYMMDDTHHMMSSZ).
@@ -43,23 +51,51 @@ pub struct RunArgs {
     /// Print only the summary, no progress lines.
     #[arg(long, short)]
     quiet: bool,
+    /// The run to follow: a run folder (default: the complete run under --out with the
+    /// greatest cut before this one).
+    #[arg(long, value_name = "DIR|URL", conflicts_with = "no_previous")]
+    previous: Option<String>,
+    /// Follow no previous run: start a new chain.
+    #[arg(long)]
+    no_previous: bool,
+    /// In a chain, findings that broke up to this long before the window (late rows) are
+    /// still listed as NEW.
+    #[arg(long, value_name = "DURATION", default_value = "2d", value_parser = parse_duration_arg)]
+    late_horizon: i64,
+    /// An open finding this snapshot cannot re-check expires this long after it broke.
+    #[arg(long, value_name = "DURATION", default_value = "30d", value_parser = parse_duration_arg)]
+    max_age: i64,
+    /// Self-check: a table with fewer than (1 - MAX_DROP) times the previous run's rows
+    /// makes the run INCOMPLETE.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.5, value_parser = parse_fraction)]
+    max_drop: f64,
     #[command(flatten)]
     engine: EngineArgs,
 }
 
 impl RunArgs {
     fn plan(&self) -> anyhow::Result<RunPlan> {
-        Ok(RunPlan {
-            snapshot: Location::parse(&self.snapshot)?,
-            out: Location::parse(&self.out)?,
-            rules: RuleSet::load(self.rules.as_deref())?,
-            cut: self.cut,
-            since: self.since,
-            run_id: self.run_id.clone(),
-            replace: self.replace,
-            session: self.engine.options(),
-            explain: self.explain,
-        })
+        let previous = match (&self.previous, self.no_previous) {
+            (_, true) => PreviousChoice::None,
+            (Some(folder), false) => PreviousChoice::Folder(Location::parse(folder)?),
+            (None, false) => PreviousChoice::Latest,
+        };
+        let mut plan = RunPlan::new(
+            Location::parse(&self.snapshot)?,
+            Location::parse(&self.out)?,
+            RuleSet::load(self.rules.as_deref())?,
+        );
+        plan.cut = self.cut;
+        plan.since = self.since;
+        plan.run_id = self.run_id.clone();
+        plan.replace = self.replace;
+        plan.session = self.engine.options();
+        plan.explain = self.explain;
+        plan.previous = previous;
+        plan.late_horizon = self.late_horizon;
+        plan.max_age = self.max_age;
+        plan.max_drop = self.max_drop;
+        Ok(plan)
     }
 }
 
@@ -78,8 +114,5 @@ pub async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
     }
     print!("{}", report.summary.render());
     println!("outputs: {}", report.folder);
-    if args.fail_on_breaks && report.summary.breaks() > 0 {
-        return Ok(Outcome::Breaks);
-    }
-    Ok(Outcome::Clean)
+    Ok(Outcome::of_run(&report.summary, args.fail_on_breaks))
 }

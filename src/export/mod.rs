@@ -91,6 +91,7 @@ pub async fn export(plan: &ExportPlan, progress: &Progress) -> Result<ExportRepo
     let started = Instant::now();
     let mut writer = SnapshotWriter::create(&plan.out, plan.cut, "export").await?;
     let (lower, cut) = plan.job.bounds(plan.cut);
+    writer.set_coverage_from(lower);
     let settings = &plan.job.export;
     let mut reports = BTreeMap::new();
     for group in group_by_database(&plan.job.sources) {

@@ -77,6 +77,8 @@ pub struct PublishPlan {
     pub create: bool,
     /// Tasks per transaction.
     pub batch: usize,
+    /// Publish a run whose self-checks failed (INCOMPLETE) all the same.
+    pub allow_incomplete: bool,
 }
 
 /// What a publish did; every count is the database's own.
@@ -114,6 +116,7 @@ pub async fn publish(plan: &PublishPlan) -> Result<PublishReport> {
     let started = Instant::now();
     db::check_identifier("--table", &plan.table)?;
     let outputs = RunOutputs::read(&plan.run).await?;
+    outputs.check_complete(plan.allow_incomplete)?;
     let target = &plan.target;
     let table = plan.table.as_str();
     let mut conn = target.connect(table).await?;

@@ -123,6 +123,8 @@ pub struct ReopenPlan {
     pub by: String,
     /// Write the reopened messages here (JSON lines a producer script can replay).
     pub republish: Option<PathBuf>,
+    /// Reopen from a run whose self-checks failed (INCOMPLETE) all the same.
+    pub allow_incomplete: bool,
 }
 
 /// What happened (or, in a dry run, would happen) to one message.
@@ -210,7 +212,11 @@ pub async fn reopen(plan: &ReopenPlan) -> Result<ReopenReport> {
     db::check_identifier("msg_id column", &plan.columns.msg_id)?;
     db::check_identifier("action column", &plan.columns.action)?;
     let run_items = match &plan.mode {
-        ReopenMode::Revoke { run } => Some(revoke_items(&RunOutputs::read(run).await?)),
+        ReopenMode::Revoke { run } => {
+            let outputs = RunOutputs::read(run).await?;
+            outputs.check_complete(plan.allow_incomplete)?;
+            Some(revoke_items(&outputs))
+        }
         ReopenMode::Undo { .. } => None,
     };
     let target = &plan.target;

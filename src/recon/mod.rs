@@ -1,10 +1,12 @@
-//! `run`: a snapshot and a rule set in, discrepancies, compensation tasks and skip
-//! verdicts out (DESIGN.md §5–§6).
+//! `run`: a snapshot and a rule set in, discrepancies, compensation tasks, skip verdicts
+//! and resolved findings out (DESIGN.md §5, §6 and, across nights, §9).
 //!
 //! The semantics live in the SQL of `sql/`; this module binds the cut and window,
 //! executes the queries in order and hands the results to [`crate::output`].
 
+pub mod lifecycle;
 pub mod outputs;
+pub mod rule_check;
 pub mod rules_table;
 pub mod summary;
 
@@ -29,7 +31,8 @@ use crate::session::{self, SessionOptions};
 use crate::snapshot::{Snapshot, SnapshotStats, UTC};
 use crate::storage::Location;
 pub use crate::time::Window;
-use crate::time::{format_compact, format_instant, Micros};
+use crate::time::{format_compact, format_duration, format_instant, Micros, DAY_MICROS};
+use lifecycle::{Chain, PreviousChoice, PreviousRun, RunStatus, SelfCheckLimits};
 use outputs::OutputTable;
 use summary::{Summary, SUMMARY_FORMAT};
 
@@ -44,7 +47,7 @@ pub struct RunPlan {
     pub rules: RuleSet,
     /// The cut; `None` = the snapshot's own cut.
     pub cut: Option<Micros>,
-    /// Window start; `None` = cut minus one day.
+    /// Window start; `None` = the previous run's cut, or cut minus one day.
     pub since: Option<Micros>,
     /// Run id; `None` = the cut as `YYYYMMDDTHHMMSSZ`.
     pub run_id: Option<String>,
@@ -54,19 +57,83 @@ pub struct RunPlan {
     pub session: SessionOptions,
     /// Keep the executed physical plans with their metrics.
     pub explain: bool,
+    /// The run this one follows (DESIGN §9).
+    pub previous: PreviousChoice,
+    /// How far before the window a late row still makes a NEW finding.
+    pub late_horizon: Micros,
+    /// An open finding that cannot be re-checked expires this long after it broke.
+    pub max_age: Micros,
+    /// Self-check: a table below `(1 - max_drop)` times the previous run's rows.
+    pub max_drop: f64,
 }
 
-impl Window {
-    /// The bound parameters `$cut` and `$since`, and `$lo`, `$hi` spanning every order.
+/// Default `--late-horizon`: two days.
+pub const DEFAULT_LATE_HORIZON: Micros = 2 * DAY_MICROS;
+/// Default `--max-age`: thirty days.
+pub const DEFAULT_MAX_AGE: Micros = 30 * DAY_MICROS;
+/// Default `--max-drop`.
+pub const DEFAULT_MAX_DROP: f64 = 0.5;
+
+impl RunPlan {
+    /// A plan with the defaults: the snapshot's cut, following the latest earlier run.
+    pub fn new(snapshot: Location, out: Location, rules: RuleSet) -> RunPlan {
+        RunPlan {
+            snapshot,
+            out,
+            rules,
+            cut: None,
+            since: None,
+            run_id: None,
+            replace: false,
+            session: SessionOptions::default(),
+            explain: false,
+            previous: PreviousChoice::Latest,
+            late_horizon: DEFAULT_LATE_HORIZON,
+            max_age: DEFAULT_MAX_AGE,
+            max_drop: DEFAULT_MAX_DROP,
+        }
+    }
+}
+
+/// What a run judges: its window, the bound it lists findings after, when unchecked
+/// findings expire, and its id (the `first_seen_run` of its NEW findings).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bounds {
+    /// The window `(since, cut]`.
+    pub window: Window,
+    /// Findings are listed when `break_on > list_since`.
+    pub list_since: Micros,
+    /// Unchecked open findings whose first break is at or before this expire.
+    pub expire_before: Micros,
+    /// This run's id.
+    pub run_id: String,
+}
+
+impl Bounds {
+    /// The bounds of a run that starts a chain: listing by the window alone.
+    pub fn standalone(window: Window, run_id: &str) -> Bounds {
+        Bounds {
+            window,
+            list_since: window.since,
+            expire_before: window.cut - DEFAULT_MAX_AGE,
+            run_id: run_id.to_string(),
+        }
+    }
+
+    /// The bound parameters, with `$lo`, `$hi` spanning every order.
     pub fn params(&self) -> Vec<Param> {
         self.params_for_orders(i64::MIN, i64::MAX)
     }
 
     /// The bound parameters, with effect_state limited to orders `lo..=hi`.
     pub fn params_for_orders(&self, lo: i64, hi: i64) -> Vec<Param> {
+        let instant = |t: Micros| ScalarValue::TimestampMicrosecond(Some(t), Some(UTC.into()));
         vec![
-            ("cut", ScalarValue::TimestampMicrosecond(Some(self.cut), Some(UTC.into()))),
-            ("since", ScalarValue::TimestampMicrosecond(Some(self.since), Some(UTC.into()))),
+            ("cut", instant(self.window.cut)),
+            ("since", instant(self.window.since)),
+            ("list_since", instant(self.list_since)),
+            ("expire_before", instant(self.expire_before)),
+            ("run_id", ScalarValue::Utf8(Some(self.run_id.clone()))),
             ("lo", ScalarValue::Int64(Some(lo))),
             ("hi", ScalarValue::Int64(Some(hi))),
         ]
@@ -86,15 +153,17 @@ pub struct RunReport {
     pub plans: Vec<(String, String)>,
 }
 
-/// The three output tables of a run, in memory.
+/// The output tables of a run, in memory.
 #[derive(Debug, Clone)]
 pub struct Outputs {
     /// Every finding.
     pub discrepancies: RecordBatch,
-    /// One task per BREAK.
+    /// One task per open (BREAK) finding.
     pub compensation_tasks: RecordBatch,
-    /// One verdict per SKIPPED row of the window.
+    /// One verdict per SKIPPED row of the window and per carried PENDING skip.
     pub skip_verdicts: RecordBatch,
+    /// The previous run's open findings closed by this run.
+    pub resolved: RecordBatch,
     /// Physical plans with metrics (when asked for).
     pub plans: Vec<(String, String)>,
 }
@@ -104,13 +173,22 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
     let mut timings_ms = BTreeMap::new();
     let started = Instant::now();
     let snapshot = Snapshot::open(&plan.snapshot).await?;
-    let window = Window::resolve(snapshot.cut(), plan.cut, plan.since)?;
+    let cut = plan.cut.unwrap_or(snapshot.cut());
+    let previous = PreviousRun::choose(&plan.previous, &plan.out, cut).await?;
+    let since = plan.since.or(previous.as_ref().map(|p| p.cut));
+    let window = Window::resolve(snapshot.cut(), plan.cut, since)?;
+    let chain =
+        Chain::new(previous.as_ref(), window.since, window.cut, plan.late_horizon, plan.max_age);
     let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
     check_run_id(&run_id)?;
     let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
 
     let ctx = session::build(&plan.session)?;
     let stats = snapshot.register(&ctx).await?;
+    match &previous {
+        Some(previous) => previous.register(&ctx).await?,
+        None => lifecycle::register_empty(&ctx)?,
+    }
     let elapsed = stage(&mut timings_ms, "validate", started);
     progress(&format!(
         "validated snapshot {} ({} files, {} rows) in {}",
@@ -119,20 +197,49 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
         total_rows(&stats),
         crate::time::format_elapsed(elapsed)
     ));
+    if let Some(previous) = &previous {
+        progress(&format!(
+            "following run {} (cut {}); listing findings that broke after {}",
+            previous.run_id(),
+            previous.manifest.cut,
+            format_instant(chain.list_since)
+        ));
+    }
 
     let reconcile_started = Instant::now();
+    let bounds = Bounds {
+        window,
+        list_since: chain.list_since,
+        expire_before: chain.expire_before,
+        run_id: run_id.clone(),
+    };
     let outputs =
-        reconcile(&ctx, &plan.rules, window, plan.session.rows_per_pass, plan.explain).await?;
+        reconcile(&ctx, &plan.rules, &bounds, plan.session.rows_per_pass, plan.explain).await?;
     let elapsed = stage(&mut timings_ms, "reconcile", reconcile_started);
     progress(&format!(
-        "reconciled: {} findings, {} skip verdicts in {}",
+        "reconciled: {} findings, {} skip verdicts, {} resolved in {}",
         outputs.discrepancies.num_rows(),
         outputs.skip_verdicts.num_rows(),
+        outputs.resolved.num_rows(),
         crate::time::format_elapsed(elapsed)
     ));
 
     let write_started = Instant::now();
+    let coverage_from = snapshot.coverage_from()?;
+    let limits = SelfCheckLimits { max_drop: plan.max_drop };
+    let mut reasons =
+        lifecycle::self_checks(&stats, previous.as_ref(), coverage_from, &chain, limits);
+    let rule_check = rule_check::check(&ctx, &plan.rules, &bounds.params()).await?;
+    for warning in &rule_check.warnings {
+        progress(&format!("warning: {warning}"));
+    }
+    reasons.extend(rule_check.typos.iter().cloned());
+    let status = if reasons.is_empty() { RunStatus::Complete } else { RunStatus::Incomplete };
+    for reason in &reasons {
+        progress(&format!("self-check failed: {reason}"));
+    }
     let (findings, verdicts) = summary::count_findings(&outputs.discrepancies)?;
+    let lifecycle_counts = summary::count_lifecycle(&outputs.discrepancies, &outputs.resolved)?;
     let mut summary = Summary {
         format: SUMMARY_FORMAT.into(),
         run_id: run_id.clone(),
@@ -146,6 +253,19 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
         // The write stage cannot be timed inside the file it writes: summary.json has the
         // stages before it, the returned summary all three.
         timings_ms: timings_ms.clone(),
+        previous_run: chain.previous_run.clone(),
+        origin: format_instant(chain.origin),
+        late_horizon: format_duration(plan.late_horizon),
+        status,
+        reasons: reasons.clone(),
+        rules_changed: previous.as_ref().is_some_and(|p| p.manifest.rules_hash != plan.rules.hash),
+        rule_warnings: rule_check.warnings,
+        new: lifecycle_counts.new,
+        persisting: lifecycle_counts.persisting,
+        resolved: lifecycle_counts.resolved,
+        not_rechecked: lifecycle_counts.not_rechecked,
+        open: lifecycle_counts.new + lifecycle_counts.persisting,
+        oldest_open_break_on: lifecycle_counts.oldest_open_break_on.map(format_instant),
     };
     let identity = RunIdentity {
         run_id,
@@ -153,12 +273,17 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
         since: summary.since.clone(),
         snapshot: plan.snapshot.display(""),
         rules_hash: plan.rules.hash.clone(),
+        previous_run: chain.previous_run.clone(),
+        origin: summary.origin.clone(),
+        status,
+        reasons,
     };
     let folder = publisher.folder().display("");
     let tables = [
         (OutputTable::Discrepancies, &outputs.discrepancies),
         (OutputTable::CompensationTasks, &outputs.compensation_tasks),
         (OutputTable::SkipVerdicts, &outputs.skip_verdicts),
+        (OutputTable::Resolved, &outputs.resolved),
     ];
     let manifest = publisher.publish(&identity, &tables, &summary).await?;
     let elapsed = stage(&mut summary.timings_ms, "write", write_started);
@@ -166,48 +291,54 @@ pub async fn run(plan: &RunPlan, progress: &mut dyn FnMut(&str)) -> Result<RunRe
     Ok(RunReport { summary, manifest, folder, plans: outputs.plans })
 }
 
-/// Computes the three outputs over the tables registered in `ctx` (snapshot tables must
-/// already be there), aggregating at most `rows_per_pass` input rows at a time. Used by
+/// Computes the outputs over the tables registered in `ctx` (snapshot tables must
+/// already be there; the `previous_*` tables too when the run follows one, else they are
+/// registered empty), aggregating at most `rows_per_pass` input rows at a time. Used by
 /// `run`, the tests and the benches.
 pub async fn reconcile(
     ctx: &SessionContext,
     rules: &RuleSet,
-    window: Window,
+    bounds: &Bounds,
     rows_per_pass: u64,
     explain: bool,
 ) -> Result<Outputs> {
     rules_table::register(ctx, rules)?;
-    let params = window.params();
+    if !lifecycle::is_registered(ctx) {
+        lifecycle::register_empty(ctx)?;
+    }
+    let params = bounds.params();
     let mut plans = Vec::new();
     // A handful of rows; materialised so the planner knows it is tiny and broadcasts it
     // into the status_history join instead of repartitioning status_history.
-    let rule_statuses = execute(ctx, queries::RULE_STATUSES, &params, explain, &mut plans).await?;
-    register_batches(ctx, queries::RULE_STATUSES.name, rule_statuses)?;
+    materialise(ctx, queries::RULE_STATUSES, &params, explain, &mut plans).await?;
+    // The previous run's open findings and the pairs they (and carried skips) watch: at
+    // most the backlog, read by several later queries.
+    materialise(ctx, queries::PREVIOUS_OPEN, &params, explain, &mut plans).await?;
+    materialise(ctx, queries::WATCHED, &params, explain, &mut plans).await?;
     // Effects in play and candidates are small and each feeds two later queries: computing
     // them once keeps the big inputs from being aggregated again. The aggregation behind
     // effects in play runs one order_id range at a time so its memory stays bounded.
     let mut in_play = Vec::new();
     for (lo, hi) in order_id_ranges(ctx, rows_per_pass).await? {
-        let range_params = window.params_for_orders(lo, hi);
+        let range_params = bounds.params_for_orders(lo, hi);
         queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
         in_play.push(
             execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, &mut plans).await?,
         );
     }
-    let schema =
-        in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| Error::Output {
-            location: queries::EFFECTS_IN_PLAY.name.into(),
-            message: "no order_id range was judged".into(),
-        })?;
+    let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
+        Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
+    })?;
     register_batches(
         ctx,
         queries::EFFECTS_IN_PLAY.name,
         (schema, in_play.into_iter().flat_map(|(_, b)| b).collect()),
     )?;
-    let candidates = execute(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
-    register_batches(ctx, queries::CANDIDATES.name, candidates)?;
+    materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
     // Registered only now, so that it reads the materialised candidates.
     queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
+    materialise(ctx, queries::FINDINGS, &params, explain, &mut plans).await?;
+    materialise(ctx, queries::REJUDGED, &params, explain, &mut plans).await?;
 
     let discrepancies = OutputTable::Discrepancies
         .conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
@@ -221,7 +352,9 @@ pub async fn reconcile(
     )?;
     let skip_verdicts = OutputTable::SkipVerdicts
         .conform(&execute(ctx, queries::SKIP_VERDICTS, &params, explain, &mut plans).await?.1)?;
-    Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, plans })
+    let resolved = OutputTable::Resolved
+        .conform(&execute(ctx, queries::RESOLVED, &params, explain, &mut plans).await?.1)?;
+    Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, plans })
 }
 
 /// The order_id ranges effect_state is computed over: the whole range for a day of at
@@ -274,6 +407,18 @@ async fn execute(
         ));
     }
     Ok((physical.schema(), batches))
+}
+
+/// Runs `query` and registers its result as a table of its own name.
+async fn materialise(
+    ctx: &SessionContext,
+    query: Query,
+    params: &[Param],
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<()> {
+    let result = execute(ctx, query, params, explain, plans).await?;
+    register_batches(ctx, query.name, result)
 }
 
 fn register_batches(

@@ -1,4 +1,4 @@
-//! The three output tables of DESIGN.md §6 and their exact Arrow schemas.
+//! The output tables of DESIGN.md §6 and §9 and their exact Arrow schemas.
 //!
 //! Query results are conformed to these schemas before writing, so every file has the
 //! same types and nullability whatever plan produced it.
@@ -19,14 +19,20 @@ pub enum OutputTable {
     Discrepancies,
     /// One task per BREAK finding.
     CompensationTasks,
-    /// One verdict per SKIPPED ledger row of the window.
+    /// One verdict per SKIPPED ledger row of the window, and per carried PENDING skip.
     SkipVerdicts,
+    /// The previous run's open findings this run closes, and why (DESIGN §9).
+    Resolved,
 }
 
 impl OutputTable {
     /// All outputs, in writing order.
-    pub const ALL: [OutputTable; 3] =
-        [OutputTable::Discrepancies, OutputTable::CompensationTasks, OutputTable::SkipVerdicts];
+    pub const ALL: [OutputTable; 4] = [
+        OutputTable::Discrepancies,
+        OutputTable::CompensationTasks,
+        OutputTable::SkipVerdicts,
+        OutputTable::Resolved,
+    ];
 
     /// Table and folder name.
     pub fn name(self) -> &'static str {
@@ -34,6 +40,7 @@ impl OutputTable {
             OutputTable::Discrepancies => "discrepancies",
             OutputTable::CompensationTasks => "compensation_tasks",
             OutputTable::SkipVerdicts => "skip_verdicts",
+            OutputTable::Resolved => "resolved",
         }
     }
 
@@ -63,6 +70,11 @@ impl OutputTable {
                 Field::new("receipt_count", DataType::Int64, false),
                 Field::new("reorder_suspected", DataType::Boolean, false),
                 Field::new("priority", DataType::Int32, false),
+                text("lifecycle", true),
+                text("first_seen_run", true),
+                time("first_break_on", true),
+                Field::new("runs_open", DataType::Int32, false),
+                Field::new("rechecked", DataType::Boolean, false),
             ],
             OutputTable::CompensationTasks => vec![
                 text("task_id", false),
@@ -79,6 +91,7 @@ impl OutputTable {
                 ),
                 Field::new("priority", DataType::Int32, false),
                 text("idempotency_key", false),
+                Field::new("attempt", DataType::Int32, false),
             ],
             OutputTable::SkipVerdicts => vec![
                 text("msg_id", false),
@@ -86,6 +99,18 @@ impl OutputTable {
                 text("event_type", false),
                 time("decided_at", false),
                 text("verdict", false),
+                text("lifecycle", false),
+            ],
+            OutputTable::Resolved => vec![
+                text("finding_id", false),
+                text("effect", false),
+                Field::new("order_id", DataType::Int64, false),
+                text("class", false),
+                text("first_seen_run", false),
+                time("first_break_on", false),
+                Field::new("runs_open", DataType::Int32, false),
+                text("resolution", false),
+                text("receipt_id", true),
             ],
         };
         Arc::new(Schema::new(fields))
@@ -95,7 +120,7 @@ impl OutputTable {
     /// are in the same order (types are cast where the engine chose another encoding).
     pub fn conform(self, batches: &[RecordBatch]) -> Result<RecordBatch> {
         let schema = self.schema();
-        let fail = |message: String| Error::Output { location: self.name().to_string(), message };
+        let fail = |message: String| Error::Internal(format!("output {}: {message}", self.name()));
         let mut conformed = Vec::with_capacity(batches.len());
         for batch in batches {
             if batch.num_columns() != schema.fields().len() {

@@ -2,10 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use datafusion::arrow::array::{Array, StringArray};
+use datafusion::arrow::array::{Array, BooleanArray, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
+use super::lifecycle::RunStatus;
 use crate::error::{Error, Result};
 
 /// Format tag of `summary.json`.
@@ -47,6 +48,45 @@ pub struct Summary {
     pub inputs: BTreeMap<String, u64>,
     /// Wall time per stage in milliseconds (the only part that changes between identical runs).
     pub timings_ms: BTreeMap<String, u64>,
+    /// The run this one follows (DESIGN §9), if any.
+    #[serde(default)]
+    pub previous_run: Option<String>,
+    /// Window start of the chain's first run, RFC 3339.
+    #[serde(default)]
+    pub origin: String,
+    /// How far before the window a late row still makes a NEW finding, e.g. `2d`.
+    #[serde(default)]
+    pub late_horizon: String,
+    /// COMPLETE, or INCOMPLETE when a self-check failed (exit 3).
+    #[serde(default)]
+    pub status: RunStatus,
+    /// Why the run is INCOMPLETE.
+    #[serde(default)]
+    pub reasons: Vec<String>,
+    /// The previous run was made with other rules (findings are matched by finding_id).
+    #[serde(default)]
+    pub rules_changed: bool,
+    /// Rule values the snapshot does not contain (likely typos), with the closest value.
+    #[serde(default)]
+    pub rule_warnings: Vec<String>,
+    /// BREAK findings first seen in this run.
+    #[serde(default)]
+    pub new: u64,
+    /// BREAK findings open since an earlier run.
+    #[serde(default)]
+    pub persisting: u64,
+    /// Previous open findings closed by this run, by resolution.
+    #[serde(default)]
+    pub resolved: BTreeMap<String, u64>,
+    /// PERSISTING findings this snapshot could not re-check (kept as they were).
+    #[serde(default)]
+    pub not_rechecked: u64,
+    /// Open backlog: new + persisting.
+    #[serde(default)]
+    pub open: u64,
+    /// The earliest first_break_on among open findings, RFC 3339.
+    #[serde(default)]
+    pub oldest_open_break_on: Option<String>,
 }
 
 impl Summary {
@@ -103,6 +143,7 @@ impl Summary {
             .collect();
         out.push_str(&format!("skip verdicts: {}\n", skips.join(", ")));
         out.push_str(&format!("compensation tasks: {}\n", self.compensation_tasks));
+        out.push_str(&self.render_lifecycle());
         let timings: Vec<String> = STAGES
             .iter()
             .filter_map(|stage| self.timings_ms.get(*stage).map(|ms| format!("{stage} {ms}ms")))
@@ -116,6 +157,50 @@ impl Summary {
 pub const STAGES: [&str; 3] = ["validate", "reconcile", "write"];
 
 impl Summary {
+    /// The chain, the backlog and the status, e.g.
+    /// `lifecycle: NEW 3, PERSISTING 2 (1 not re-checked), RESOLVED 4 (RECEIPT 3, VOIDED 1); open 5, oldest 2026-11-27T16:30:00Z`.
+    fn render_lifecycle(&self) -> String {
+        let mut out = String::new();
+        match &self.previous_run {
+            Some(previous) => out.push_str(&format!(
+                "follows: run {previous} (chain origin {}){}\n",
+                self.origin,
+                if self.rules_changed { "; the rules changed since" } else { "" }
+            )),
+            None => {
+                out.push_str(&format!("follows: no previous run (chain origin {})\n", self.origin))
+            }
+        }
+        let resolved: u64 = self.resolved.values().sum();
+        let by_resolution: Vec<String> =
+            self.resolved.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "lifecycle: NEW {}, PERSISTING {} ({} not re-checked), RESOLVED {}{}; open {}{}\n",
+            self.new,
+            self.persisting,
+            self.not_rechecked,
+            resolved,
+            if by_resolution.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by_resolution.join(", "))
+            },
+            self.open,
+            self.oldest_open_break_on
+                .as_deref()
+                .map(|t| format!(", oldest broke {t}"))
+                .unwrap_or_default()
+        ));
+        for warning in &self.rule_warnings {
+            out.push_str(&format!("warning: {warning}\n"));
+        }
+        out.push_str(&format!("status: {}\n", self.status.as_str()));
+        for reason in &self.reasons {
+            out.push_str(&format!("  - {reason}\n"));
+        }
+        out
+    }
+
     /// `ledger 25, status_history 33, receipts 31 (logistics 3, points 15, wms 13)`.
     fn render_inputs(&self) -> String {
         let rows = |name: &str| self.inputs.get(name).copied().unwrap_or(0);
@@ -158,6 +243,56 @@ pub fn count_findings(
     Ok((findings, verdicts))
 }
 
+/// The lifecycle counts of a run (DESIGN §9).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LifecycleCounts {
+    /// BREAK findings first seen in this run.
+    pub new: u64,
+    /// BREAK findings open since an earlier run.
+    pub persisting: u64,
+    /// Of the persisting, those this snapshot could not re-check.
+    pub not_rechecked: u64,
+    /// Closed findings by resolution.
+    pub resolved: BTreeMap<String, u64>,
+    /// The earliest first_break_on among open findings, µs.
+    pub oldest_open_break_on: Option<i64>,
+}
+
+/// Counts NEW, PERSISTING, not re-checked and resolved findings, and the oldest open one.
+pub fn count_lifecycle(
+    discrepancies: &RecordBatch,
+    resolved: &RecordBatch,
+) -> Result<LifecycleCounts> {
+    let lifecycle = column(discrepancies, "lifecycle")?;
+    let rechecked = typed::<BooleanArray>(discrepancies, "rechecked")?;
+    let first_break_on = typed::<TimestampMicrosecondArray>(discrepancies, "first_break_on")?;
+    let mut counts = LifecycleCounts::default();
+    for row in 0..discrepancies.num_rows() {
+        if lifecycle.is_null(row) {
+            continue;
+        }
+        match lifecycle.value(row) {
+            "NEW" => counts.new += 1,
+            _ => {
+                counts.persisting += 1;
+                if !rechecked.value(row) {
+                    counts.not_rechecked += 1;
+                }
+            }
+        }
+        if !first_break_on.is_null(row) {
+            let at = first_break_on.value(row);
+            counts.oldest_open_break_on =
+                Some(counts.oldest_open_break_on.map_or(at, |oldest| oldest.min(at)));
+        }
+    }
+    let resolution = column(resolved, "resolution")?;
+    for row in 0..resolved.num_rows() {
+        *counts.resolved.entry(resolution.value(row).to_string()).or_default() += 1;
+    }
+    Ok(counts)
+}
+
 /// Counts skip verdicts by verdict.
 pub fn count_skip_verdicts(skip_verdicts: &RecordBatch) -> Result<BTreeMap<String, u64>> {
     let verdict = column(skip_verdicts, "verdict")?;
@@ -169,7 +304,11 @@ pub fn count_skip_verdicts(skip_verdicts: &RecordBatch) -> Result<BTreeMap<Strin
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray> {
-    batch.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<StringArray>()).ok_or_else(
-        || Error::Output { location: "summary".into(), message: format!("column {name} missing") },
-    )
+    typed(batch, name)
+}
+
+fn typed<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
+    batch.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<T>()).ok_or_else(|| {
+        Error::Internal(format!("summary: output column {name} missing or of another type"))
+    })
 }

@@ -183,6 +183,10 @@ pub struct SnapshotManifest {
     pub format: String,
     /// The logical snapshot time, RFC 3339.
     pub cut: String,
+    /// The exporter's lower bound (`since - lookback`), RFC 3339: rows older than it are
+    /// not in the snapshot. Absent = unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage_from: Option<String>,
     /// Files per table name.
     pub tables: BTreeMap<String, TableFiles>,
     /// Who wrote it (`gen`, `export`), informational.

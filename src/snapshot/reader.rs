@@ -91,7 +91,16 @@ impl Snapshot {
         Ok(Snapshot { location: location.clone(), manifest, cut })
     }
 
-    /// The snapshot's logical cut.
+    /// The exporter's lower bound from the manifest (`None`: unknown).
+    pub fn coverage_from(&self) -> Result<Option<Micros>> {
+        let Some(text) = self.manifest.coverage_from.as_deref() else { return Ok(None) };
+        parse_instant(text).map(Some).map_err(|e| Error::Snapshot {
+            location: self.location.display(MANIFEST),
+            message: format!("coverage_from: {e}"),
+        })
+    }
+
+    /// The snapshot's cut.
     pub fn cut(&self) -> Micros {
         self.cut
     }
@@ -243,7 +252,7 @@ impl Snapshot {
 /// rest — the same normalisation `register` applies to Parquet files. Used where inputs
 /// are built in SQL (the sqllogictest harness).
 pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
-    let schema = Schema::from(frame.schema().as_arrow().clone());
+    let schema = frame.schema().as_arrow().clone();
     for spec in table.columns() {
         let field = schema.field_with_name(spec.name).map_err(|_| Error::Column {
             file: table.name().into(),

@@ -19,6 +19,7 @@ pub struct SnapshotWriter {
     location: Location,
     cut: Micros,
     created_by: String,
+    coverage_from: Option<Micros>,
     files: BTreeMap<Table, Vec<FileEntry>>,
 }
 
@@ -35,8 +36,14 @@ impl SnapshotWriter {
             location: location.clone(),
             cut,
             created_by: created_by.to_string(),
+            coverage_from: None,
             files: BTreeMap::new(),
         })
+    }
+
+    /// Records the lower bound of the rows the snapshot holds (DESIGN §3 `coverage_from`).
+    pub fn set_coverage_from(&mut self, from: Micros) {
+        self.coverage_from = Some(from);
     }
 
     /// The folder being written.
@@ -82,6 +89,7 @@ impl SnapshotWriter {
         let manifest = SnapshotManifest {
             format: SNAPSHOT_FORMAT.to_string(),
             cut: format_instant(self.cut),
+            coverage_from: self.coverage_from.map(format_instant),
             tables,
             created_by: Some(self.created_by.clone()),
         };

@@ -69,21 +69,10 @@ pub fn read_csv(path: &Path, table: Table) -> Vec<RecordBatch> {
 
 /// A run plan over `snapshot` into `out` with defaults.
 pub fn plan(snapshot: &Location, out: &Location) -> RunPlan {
-    RunPlan {
-        snapshot: snapshot.clone(),
-        out: out.clone(),
-        rules: RuleSet::default_rules().unwrap(),
-        cut: None,
-        since: None,
-        run_id: None,
-        replace: false,
-        session: SessionOptions {
-            target_partitions: 2,
-            batch_size: 8192,
-            ..SessionOptions::default()
-        },
-        explain: false,
-    }
+    let mut plan = RunPlan::new(snapshot.clone(), out.clone(), RuleSet::default_rules().unwrap());
+    plan.session =
+        SessionOptions { target_partitions: 2, batch_size: 8192, ..SessionOptions::default() };
+    plan
 }
 
 /// Runs a plan, discarding progress.

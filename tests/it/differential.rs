@@ -2,7 +2,7 @@
 //! many order_id passes gives identical outputs (plans change with all three; our answers
 //! must not).
 
-use effect_recon::recon::{reconcile, Window};
+use effect_recon::recon::{reconcile, Bounds, Window};
 use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::Snapshot;
 use effect_recon::time::parse_instant;
@@ -15,6 +15,7 @@ async fn outputs_do_not_depend_on_batch_size_or_partitions() {
     let rules = effect_recon::config::RuleSet::default_rules().unwrap();
     let cut = parse_instant(TINY_CUT).unwrap();
     let window = Window::resolve(cut, None, None).unwrap();
+    let bounds = Bounds::standalone(window, "differential");
     let mut reference: Option<[String; 3]> = None;
     let cases = [1, 7, 8192].into_iter().flat_map(|b| {
         [1, 2, 4].into_iter().map(move |p| (b, p, SessionOptions::default().rows_per_pass))
@@ -31,7 +32,7 @@ async fn outputs_do_not_depend_on_batch_size_or_partitions() {
             })
             .unwrap();
             snapshot.register(&ctx).await.unwrap();
-            let outputs = reconcile(&ctx, &rules, window, rows_per_pass, false).await.unwrap();
+            let outputs = reconcile(&ctx, &rules, &bounds, rows_per_pass, false).await.unwrap();
             let got = [
                 psv(&[outputs.discrepancies]),
                 psv(&[outputs.compensation_tasks]),

@@ -279,7 +279,7 @@ async fn outputs(snapshot: &Location) -> Outputs {
     recon::reconcile(
         &ctx,
         &RuleSet::default_rules().unwrap(),
-        window,
+        &recon::Bounds::standalone(window, "export-test"),
         effect_recon::session::ROWS_PER_PASS,
         false,
     )

@@ -8,6 +8,8 @@
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `lifecycle`    — across nights (DESIGN §9) through `run`: chains, overlapping windows,
+//!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
 //! * `s3`           — gen → run → verify through an S3 bucket (when
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
@@ -23,6 +25,7 @@ mod differential;
 mod export;
 mod fixture;
 mod gen;
+mod lifecycle;
 mod publish;
 mod s3;
 mod slt;

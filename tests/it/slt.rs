@@ -4,18 +4,25 @@
 //!
 //! * `recon rules <path>` — registers the `rules` table from a rules TOML file
 //!   (relative to the repository root), through the same code as `run`;
-//! * `recon views since <ISO> cut <ISO>` — conforms the tables `ledger_input`,
-//!   `status_history_input` and `receipts_input` to the contract types (as the snapshot
-//!   reader does), registers them as `ledger`, `status_history`, `receipts`, and registers
-//!   every query of `sql/` as a view of its own name with `$since` and `$cut` bound.
+//! * `recon views since <ISO> cut <ISO> [list_since <ISO>] [expire_before <ISO>] [run <ID>]`
+//!   — conforms the tables `ledger_input`, `status_history_input` and `receipts_input` to
+//!   the contract types (as the snapshot reader does), registers them as `ledger`,
+//!   `status_history`, `receipts`; registers the previous run's tables
+//!   (`previous_discrepancies`, `previous_tasks`, `previous_skip_verdicts`) from
+//!   `<name>_input` cast to the output schemas, or empty when the file made none; and
+//!   registers every query of `sql/` as a view of its own name with the bounds bound
+//!   (`list_since` defaults to `since`, `run` to `r1`).
 //!
 //! Plans use a fixed `target_partitions` so results do not depend on the machine.
 
 use effect_recon::config::RuleSet;
+use effect_recon::datafusion::arrow::record_batch::RecordBatch;
 use effect_recon::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use effect_recon::datafusion::prelude::SessionContext;
+use effect_recon::datafusion::prelude::{cast, col, Expr};
 use effect_recon::queries;
-use effect_recon::recon::{rules_table, Window};
+use effect_recon::recon::outputs::OutputTable;
+use effect_recon::recon::{rules_table, Bounds, Window};
 use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::{reader::conform_frame, Table};
 use effect_recon::time::parse_instant;
@@ -50,9 +57,19 @@ impl ReconDb {
                 let _ = self.ctx.deregister_table(rules_table::RULES_TABLE);
                 rules_table::register(&self.ctx, &rules).map_err(fail)
             }
-            ["views", "since", since, "cut", cut] => {
+            ["views", "since", since, "cut", cut, options @ ..] => {
                 let instant = |t: &str| parse_instant(t).map_err(SltError);
                 let window = Window { since: instant(since)?, cut: instant(cut)? };
+                let mut bounds = Bounds::standalone(window, "r1");
+                for pair in options.chunks(2) {
+                    match pair {
+                        ["list_since", t] => bounds.list_since = instant(t)?,
+                        ["expire_before", t] => bounds.expire_before = instant(t)?,
+                        ["run", id] => bounds.run_id = id.to_string(),
+                        _ => return Err(SltError(format!("unknown views option {pair:?}"))),
+                    }
+                }
+                self.register_previous().await?;
                 for table in Table::ALL {
                     let input = self
                         .ctx
@@ -67,7 +84,7 @@ impl ReconDb {
                 }
                 for query in queries::PIPELINE {
                     let _ = self.ctx.deregister_table(query.name);
-                    queries::register_view(&self.ctx, query, &window.params())
+                    queries::register_view(&self.ctx, query, &bounds.params())
                         .await
                         .map_err(fail)?;
                 }
@@ -75,6 +92,35 @@ impl ReconDb {
             }
             _ => Err(SltError(format!("unknown harness statement: recon {}", words.join(" ")))),
         }
+    }
+
+    /// `previous_*` from `previous_*_input` cast to the output schemas, or empty.
+    async fn register_previous(&mut self) -> Result<(), SltError> {
+        let error = |e: &dyn std::fmt::Display| SltError(e.to_string());
+        let tables = [
+            ("previous_discrepancies", OutputTable::Discrepancies),
+            ("previous_tasks", OutputTable::CompensationTasks),
+            ("previous_skip_verdicts", OutputTable::SkipVerdicts),
+        ];
+        for (name, output) in tables {
+            let schema = output.schema();
+            let input = format!("{name}_input");
+            let frame = if self.ctx.table_exist(input.as_str()).map_err(|e| error(&e))? {
+                let frame = self.ctx.table(input.as_str()).await.map_err(|e| error(&e))?;
+                let columns: Vec<Expr> = schema
+                    .fields()
+                    .iter()
+                    .map(|f| cast(col(f.name()), f.data_type().clone()).alias(f.name()))
+                    .collect();
+                frame.select(columns).map_err(|e| error(&e))?
+            } else {
+                let empty = RecordBatch::new_empty(schema);
+                self.ctx.read_batch(empty).map_err(|e| error(&e))?
+            };
+            let _ = self.ctx.deregister_table(name);
+            self.ctx.register_table(name, frame.into_view()).map_err(|e| error(&e))?;
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,177 @@
+//! `effect-recon history`: one line per complete run under an output root, in cut order,
+//! so the on-call sees whether the backlog shrinks. Reads only manifests and summaries.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::output::{read_run_manifest, SUMMARY};
+use crate::recon::summary::Summary;
+use crate::storage::Location;
+use crate::time::parse_instant;
+
+/// The resolutions of DESIGN §9, in the order the history shows them.
+pub const RESOLUTIONS: [&str; 6] =
+    ["RECEIPT", "VOIDED", "REVERSED", "NOW_DUE", "RECLASSIFIED", "EXPIRED"];
+
+/// One complete run as the history shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryLine {
+    /// The run id.
+    pub run_id: String,
+    /// Window start (exclusive), RFC 3339.
+    pub since: String,
+    /// Cut, RFC 3339.
+    pub cut: String,
+    /// COMPLETE or INCOMPLETE.
+    pub status: String,
+    /// The run it followed.
+    pub previous_run: Option<String>,
+    /// BREAK findings first seen.
+    pub new: u64,
+    /// BREAK findings still open.
+    pub persisting: u64,
+    /// Closed findings by resolution.
+    pub resolved: BTreeMap<String, u64>,
+    /// Open backlog (new + persisting).
+    pub open: u64,
+    /// The earliest first_break_on among open findings.
+    pub oldest_open_break_on: Option<String>,
+}
+
+/// Every complete run under `out`, in cut order (ties by run id). Folders without a
+/// manifest (runs that did not finish) are left out.
+pub async fn read(out: &Location) -> Result<Vec<HistoryLine>> {
+    let mut lines = Vec::new();
+    for name in out.list_folders().await? {
+        if !name.starts_with("run=") {
+            continue;
+        }
+        let folder = out.join(&name);
+        let Ok(manifest) = read_run_manifest(&folder).await else { continue };
+        let bytes = folder.read_optional(SUMMARY).await?.ok_or_else(|| Error::Output {
+            location: folder.display(SUMMARY),
+            message: "a complete run without its summary".into(),
+        })?;
+        let summary: Summary = serde_json::from_slice(&bytes).map_err(|e| Error::Output {
+            location: folder.display(SUMMARY),
+            message: format!("not a run summary: {e}"),
+        })?;
+        let cut = parse_instant(&manifest.cut).map_err(|e| Error::Output {
+            location: folder.display("manifest.json"),
+            message: format!("cut: {e}"),
+        })?;
+        lines.push((cut, line_of(summary)));
+    }
+    lines.sort_by(|(a, x), (b, y)| (a, &x.run_id).cmp(&(b, &y.run_id)));
+    Ok(lines.into_iter().map(|(_, line)| line).collect())
+}
+
+fn line_of(summary: Summary) -> HistoryLine {
+    HistoryLine {
+        status: summary.status.as_str().to_string(),
+        run_id: summary.run_id,
+        since: summary.since,
+        cut: summary.cut,
+        previous_run: summary.previous_run,
+        new: summary.new,
+        persisting: summary.persisting,
+        resolved: summary.resolved,
+        open: summary.open,
+        oldest_open_break_on: summary.oldest_open_break_on,
+    }
+}
+
+impl HistoryLine {
+    /// The count of one resolution (0 when absent).
+    pub fn resolved_as(&self, resolution: &str) -> u64 {
+        self.resolved.get(resolution).copied().unwrap_or(0)
+    }
+
+    /// Findings closed, all resolutions together.
+    pub fn resolved_total(&self) -> u64 {
+        self.resolved.values().sum()
+    }
+}
+
+/// The history as an aligned table.
+pub fn render_table(lines: &[HistoryLine]) -> String {
+    let mut header = vec!["run_id", "since", "cut", "status", "new", "persisting", "resolved"];
+    header.extend(RESOLUTIONS.iter().map(|r| short(r)));
+    header.extend(["open", "oldest_open_break_on"]);
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    rows.extend(lines.iter().map(cells));
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let padded: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, width))| {
+                if (4..row.len() - 1).contains(&i) {
+                    format!("{cell:>width$}")
+                } else {
+                    format!("{cell:width$}")
+                }
+            })
+            .collect();
+        out.push_str(padded.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The history as CSV with a header.
+pub fn render_csv(lines: &[HistoryLine]) -> String {
+    let mut header = vec!["run_id", "since", "cut", "status", "new", "persisting", "resolved"];
+    header.extend(RESOLUTIONS);
+    header.extend(["open", "oldest_open_break_on"]);
+    let mut out = header.join(",");
+    out.push('\n');
+    for line in lines {
+        out.push_str(&cells(line).join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// The history as a JSON array.
+pub fn render_json(lines: &[HistoryLine]) -> Result<String> {
+    serde_json::to_string_pretty(lines)
+        .map(|mut json| {
+            json.push('\n');
+            json
+        })
+        .map_err(|e| Error::Internal(format!("history as JSON: {e}")))
+}
+
+fn cells(line: &HistoryLine) -> Vec<String> {
+    let mut cells = vec![
+        line.run_id.clone(),
+        line.since.clone(),
+        line.cut.clone(),
+        line.status.clone(),
+        line.new.to_string(),
+        line.persisting.to_string(),
+        line.resolved_total().to_string(),
+    ];
+    cells.extend(RESOLUTIONS.iter().map(|r| line.resolved_as(r).to_string()));
+    cells.push(line.open.to_string());
+    cells.push(line.oldest_open_break_on.clone().unwrap_or_default());
+    cells
+}
+
+/// Column headings short enough for a terminal.
+fn short(resolution: &str) -> &'static str {
+    match resolution {
+        "RECEIPT" => "receipt",
+        "VOIDED" => "voided",
+        "REVERSED" => "reversed",
+        "NOW_DUE" => "now_due",
+        "RECLASSIFIED" => "reclass",
+        _ => "expired",
+    }
+}
