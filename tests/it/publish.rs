@@ -941,6 +941,51 @@ async fn end_to_end(url: &str) {
     };
     assert!(breaks(&run1) > 0);
     assert_eq!(breaks(&run1), breaks(&run2), "uncompensated findings are still found");
+    // The lifecycle (§9): night2 follows night1, so the compensated findings are in its
+    // `resolved` table with RECEIPT, and publish marks exactly their tasks RESOLVED.
+    let resolved: Vec<(String, i64)> = run2
+        .resolved
+        .iter()
+        .flatten()
+        .filter(|r| r.resolution == "RECEIPT")
+        .map(|r| (r.effect.clone(), r.order_id))
+        .collect();
+    let mut missing: Vec<_> = granted.iter().filter(|g| !resolved.contains(g)).collect();
+    missing.sort();
+    assert!(missing.is_empty(), "resolved by RECEIPT the next night: {missing:?}");
+    let persisting = run2
+        .findings
+        .iter()
+        .filter(|f| f.class == "DONE_NO_RECEIPT" && f.lifecycle.as_deref() == Some("PERSISTING"))
+        .count();
+    assert_eq!(persisting, breaks(&run1), "still open, PERSISTING");
+    let target = |u: &str| WriteTarget::new("publish", u, None).unwrap();
+    let plan = |run: &Location| PublishPlan {
+        run: run.clone(),
+        target: target(url),
+        table: "compensation_task".into(),
+        create: true,
+        batch: 100,
+        allow_incomplete: false,
+    };
+    let one = publish::publish(&plan(&first)).await.unwrap();
+    assert_eq!(one.inserted as usize, run1.tasks.len());
+    let two = publish::publish(&plan(&second)).await.unwrap();
+    let granted_tasks: std::collections::BTreeSet<_> = granted.iter().collect();
+    assert!(two.resolved as usize >= granted_tasks.len(), "{two:?}");
+    let resolved_rows = query(
+        url,
+        "SELECT task_id, resolution FROM compensation_task WHERE state = 'RESOLVED' AND resolution = 'RECEIPT'",
+    )
+    .await;
+    assert!(resolved_rows.len() >= granted_tasks.len(), "{resolved_rows:?}");
+    eprintln!(
+        "end to end: {} effects granted after reopen; next night: {} resolved by RECEIPT; publish: {}, {} resolved",
+        granted.len(),
+        resolved.len(),
+        two.counts(),
+        two.resolved
+    );
     let revoked =
         query(url, "SELECT msg_id, action FROM idempotent_msg WHERE action = 'REVOKED'").await;
     let left: Vec<_> =
