@@ -851,9 +851,23 @@ async fn end_to_end(url: &str) {
     assert_eq!(code, Some(0), "{err}");
     let g = Location::parse(&path("g")).unwrap();
     load::load_snapshot(&g, url, &LoadOptions::default()).await.unwrap();
-    let job = std::fs::read_to_string(common::repo("fixtures/demo/job.toml"))
-        .unwrap()
-        .replace("sqlite:fulfilment.db", url);
+    let mut job = std::fs::read_to_string(common::repo("fixtures/demo/job.toml")).unwrap();
+    if url.starts_with("postgres") {
+        // Postgres numbers its parameters: each query's two `?` become `$1`, `$2`.
+        let mut second = false;
+        job = job
+            .split('?')
+            .enumerate()
+            .map(|(i, part)| {
+                if i == 0 {
+                    return part.to_string();
+                }
+                second = !second;
+                format!("{}{part}", if second { "$1" } else { "$2" })
+            })
+            .collect();
+    }
+    let job = job.replace("sqlite:fulfilment.db", url);
     std::fs::write(path("job.toml"), job).unwrap();
     let night = |cut: &str, since: &str, name: &str| {
         let (code, _, err) = bin(&[
@@ -903,6 +917,11 @@ async fn end_to_end(url: &str) {
     let run1 = effect_recon::run_outputs::RunOutputs::read(&first).await.unwrap();
     let lines = std::fs::read_to_string(&replay).unwrap();
     let mut granted = Vec::new();
+    let at = if url.starts_with("postgres") {
+        "2026-11-30 09:00:00+00"
+    } else {
+        "2026-11-30 09:00:00.000000"
+    };
     for line in lines.lines() {
         let message: serde_json::Value = serde_json::from_str(line).unwrap();
         let msg_id = message["msg_id"].as_str().unwrap();
@@ -915,7 +934,7 @@ async fn end_to_end(url: &str) {
             };
             sql.push_str(&format!(
                 "INSERT INTO {table} (receipt_id, order_id, effect, msg_id, status, created_at) \
-                 VALUES ('comp-{}', {}, '{}', '{msg_id}', 'SUCCEEDED', '2026-11-30 09:00:00.000000');",
+                 VALUES ('comp-{}', {}, '{}', '{msg_id}', 'SUCCEEDED', '{at}');",
                 task.task_id, task.order_id, task.effect
             ));
             granted.push((task.effect.clone(), task.order_id));
@@ -1003,4 +1022,10 @@ async fn sqlite_end_to_end_reopen_then_the_consumer_then_the_next_night() {
 async fn mysql_end_to_end_reopen_then_the_consumer_then_the_next_night() {
     let Some(base) = env_url(MYSQL_ENV) else { return };
     end_to_end(&mysql_database(&base, "er_it_e2e").await).await;
+}
+
+#[tokio::test]
+async fn postgres_end_to_end_reopen_then_the_consumer_then_the_next_night() {
+    let Some(base) = env_url(PG_ENV) else { return };
+    end_to_end(&pg_schema(&base, "er_it_e2e").await).await;
 }
