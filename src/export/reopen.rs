@@ -32,7 +32,39 @@ pub const DEFAULT_LEDGER_TABLE: &str = "idempotent_msg";
 /// The recommended audit table.
 pub const DEFAULT_AUDIT_TABLE: &str = "recon_reopen_audit";
 /// The action that reopens a ledger row.
-pub const REVOKED: &str = "REVOKED";
+pub const REVOKED: &str = LedgerAction::Revoked.as_str();
+
+/// The ledger actions `reopen` reads and writes (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerAction {
+    /// The handler skipped the message.
+    Skipped,
+    /// The handler parked it for a review.
+    PendingReview,
+    /// Reopened: the next delivery decides again.
+    Revoked,
+}
+
+impl LedgerAction {
+    /// The stored text.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LedgerAction::Skipped => "SKIPPED",
+            LedgerAction::PendingReview => "PENDING_REVIEW",
+            LedgerAction::Revoked => "REVOKED",
+        }
+    }
+
+    /// The action a task's `reopen_msg_id` row holds when the run saw it: SKIPPED for a
+    /// wrong skip, PENDING_REVIEW for a stalled review; `None` for the other classes.
+    pub fn reopened_from(class: &str) -> Option<LedgerAction> {
+        match class {
+            "SKIPPED_BUT_DUE" => Some(LedgerAction::Skipped),
+            "REVIEW_STALLED" => Some(LedgerAction::PendingReview),
+            _ => None,
+        }
+    }
+}
 
 /// The recommended DDL of the audit table for `driver`.
 pub fn audit_ddl(driver: Driver) -> &'static str {
@@ -289,10 +321,7 @@ fn revoke_items(outputs: &RunOutputs) -> Vec<ReopenItem> {
     let mut by_msg: BTreeMap<String, ReopenItem> = BTreeMap::new();
     for task in &outputs.tasks {
         let Some(msg_id) = &task.reopen_msg_id else { continue };
-        let from = match task.class.as_str() {
-            "REVIEW_STALLED" => "PENDING_REVIEW",
-            _ => "SKIPPED",
-        };
+        let Some(from) = LedgerAction::reopened_from(&task.class) else { continue };
         let found =
             evidence.get(task.task_id.as_str()).filter(|f| f.msg_id.as_ref() == Some(msg_id));
         let item = by_msg.entry(msg_id.clone()).or_insert_with(|| ReopenItem {
@@ -300,7 +329,7 @@ fn revoke_items(outputs: &RunOutputs) -> Vec<ReopenItem> {
             order_id: Some(task.order_id),
             run_id: outputs.run_id().to_string(),
             task_ids: String::new(),
-            from: from.into(),
+            from: from.as_str().into(),
             to: REVOKED.into(),
             current: None,
             status: ItemStatus::Missing,
