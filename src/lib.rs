@@ -23,7 +23,8 @@
 //! * [`nightly`] — the scheduled job: export, then run.
 //! * [`history`] — the runs under an output root, one line each (the backlog over time).
 //! * [`workload`] — the synthetic (`effect-recon gen`) 24-partition workload with planted faults and its ground truth.
-//! * [`verify`] — a run's outputs checked against a ground truth.
+//! * [`verify`] — a run's outputs (or a chain of runs, night by night) checked against a
+//!   ground truth.
 //! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
 //!   the loader that puts a snapshot into a database with the recommended schema, and the
 //!   write-back tools: `publish` (tasks into the team's table) and `reopen` (the audited

@@ -8,12 +8,16 @@ use std::path::{Path, PathBuf};
 use effect_recon::config::JobConfig;
 use effect_recon::export::load::{load_snapshot, LoadOptions};
 use effect_recon::export::{Progress, ProgressMode};
+use effect_recon::history;
 use effect_recon::nightly::{nightly, NightlyPlan, NightlyReport};
 use effect_recon::output::run_folder;
 use effect_recon::session::SessionOptions;
 use effect_recon::storage::Location;
 use effect_recon::time::format_elapsed;
+use effect_recon::time::format_instant;
+use effect_recon::verify::verify_nights;
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};
+use effect_recon::workload::nights::{generate_nights, NightsPlan};
 use effect_recon::workload::{self as gen, truth::TRUTH_FILE, GenPlan, GenReport};
 use effect_recon::Error;
 
@@ -41,6 +45,10 @@ pub struct DemoArgs {
     /// Seed of the generated day.
     #[arg(long, value_name = "S", default_value_t = 42)]
     seed: u64,
+    /// Several consecutive nights of one world: each night is loaded, exported and run
+    /// following the night before (NEW, PERSISTING, RESOLVED), then `history` is shown.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=30))]
+    nights: u32,
 }
 
 /// The places of a demo.
@@ -54,6 +62,9 @@ struct DemoDirs {
 
 /// Runs `effect-recon demo`.
 pub async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
+    if args.nights > 1 {
+        return execute_nights(args).await;
+    }
     let dirs = prepare(&args)?;
     let generated = generate(&dirs, &args).await?;
     eprint!("{}", generated.render());
@@ -69,6 +80,53 @@ pub async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
             checked.mismatch_count
         ))
         .into());
+    }
+    Ok(Outcome::Clean)
+}
+
+/// `demo --nights N`: one continuing world, N nights; each night's snapshot becomes the
+/// SQLite source, the nightly job exports and runs it following the night before, and the
+/// run is verified against that night's truth. Ends with the backlog's history.
+async fn execute_nights(args: DemoArgs) -> anyhow::Result<Outcome> {
+    let dirs = prepare(&args)?;
+    let mut gen_plan = GenPlan::new(dirs.generated.clone(), args.orders)?;
+    gen_plan.seed = args.seed;
+    gen_plan.incident = true;
+    let plan = NightsPlan::new(gen_plan, args.nights as usize);
+    let generated = generate_nights(&plan).await?;
+    eprint!("{}", generated.render());
+    std::fs::write(&dirs.job, DEMO_JOB)?;
+    let recon = Location::parse(&dirs.recon.display().to_string())?;
+    for cut in plan.cuts() {
+        let night = dirs.generated.join(&NightsPlan::snapshot_folder(cut));
+        eprintln!("demo: night {} ----------------------------------------", format_instant(cut));
+        if dirs.database.exists() {
+            std::fs::remove_file(&dirs.database)?;
+        }
+        let url = format!("sqlite:{}", dirs.database.display());
+        let loaded = load_snapshot(&night, &url, &LoadOptions::default()).await?;
+        eprintln!(
+            "demo: loaded {} rows of that night into {}",
+            loaded.rows(),
+            dirs.database.display()
+        );
+        let nightly_plan = NightlyPlan {
+            job: JobConfig::load(&dirs.job)?,
+            cut,
+            replace: true,
+            session: SessionOptions::default(),
+        };
+        let progress = Progress::new(ProgressMode::detect());
+        let report =
+            nightly(&nightly_plan, &progress, &mut |line| eprintln!("nightly: {line}")).await?;
+        print!("{}", report.run.summary.render());
+    }
+    let checked = verify_nights(&dirs.generated, &recon).await?;
+    print!("{}", checked.render());
+    println!("history (effect-recon history --out {}):", recon.display(""));
+    print!("{}", history::render_table(&history::read(&recon).await?));
+    if !checked.is_exact() {
+        return Err(Error::Mismatch("the demo nights differ from their ground truth".into()).into());
     }
     Ok(Outcome::Clean)
 }

@@ -1,6 +1,8 @@
 //! `effect-recon gen`: a synthetic day with planted faults and its ground truth.
 
 use effect_recon::storage::Location;
+use effect_recon::time::parse_duration;
+use effect_recon::workload::nights::{self, NightsPlan};
 use effect_recon::workload::{self as gen, FaultRates, GenPlan};
 
 use super::{parse_instant_arg, Outcome};
@@ -11,12 +13,30 @@ use super::{parse_instant_arg, Outcome};
 #[command(
     after_help = "Example:\n  effect-recon gen --out /tmp/snap --orders 1000000 --seed 7\n  \
 effect-recon run --snapshot /tmp/snap --out /tmp/recon\n  \
-effect-recon verify --truth /tmp/snap/truth.parquet --run /tmp/recon/run=20261129T160000Z"
+effect-recon verify --truth /tmp/snap/truth.parquet --run /tmp/recon/run=20261129T160000Z\n\n\
+Several nights (the last cut is --cut; each later run follows the one before):\n  \
+effect-recon gen --nights 4 --out /tmp/nights --orders 5000 --seed 7\n  \
+for s in /tmp/nights/snapshot=*; do effect-recon run --snapshot $s --out /tmp/runs; done\n  \
+effect-recon verify --nights /tmp/nights --runs /tmp/runs"
 )]
 pub struct GenArgs {
-    /// Snapshot folder to write (a directory, file:// or s3:// URL).
+    /// Snapshot folder to write (a directory, file:// or s3:// URL); with --nights, the
+    /// root that snapshot=<cut>/ folders are written under.
     #[arg(long, value_name = "DIR|URL")]
     out: String,
+    /// Write N consecutive nights of one continuing world, one day apart, the last at
+    /// --cut, each with its truth for the chain of runs (--orders counts all nights).
+    #[arg(long, value_name = "N")]
+    nights: Option<usize>,
+    /// With --nights: each snapshot holds rows newer than cut - 1 day - lookback.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30d", requires = "nights")]
+    lookback: i64,
+    /// With --nights: the --late-horizon of the runs the truth is for.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "2d", requires = "nights")]
+    late_horizon: i64,
+    /// With --nights: the --max-age of the runs the truth is for.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30d", requires = "nights")]
+    max_age: i64,
     /// Number of orders (ids 1..=N).
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     orders: u64,
@@ -119,6 +139,15 @@ impl GenArgs {
 
 /// Runs `effect-recon gen`.
 pub async fn execute(args: GenArgs) -> anyhow::Result<Outcome> {
+    if let Some(count) = args.nights {
+        let mut plan = NightsPlan::new(args.plan()?, count);
+        (plan.lookback, plan.late_horizon, plan.max_age) =
+            (args.lookback, args.late_horizon, args.max_age);
+        plan.validate()?;
+        let report = nights::generate_nights(&plan).await?;
+        print!("{}", report.render());
+        return Ok(Outcome::Clean);
+    }
     let plan = args.plan()?;
     let report = gen::generate(&plan).await?;
     print!("{}", report.render());

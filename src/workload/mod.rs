@@ -7,12 +7,19 @@
 //! * [`truth`] — DESIGN.md §5 computed per order from the simulated rows, and the truth file.
 //! * [`columns`] — Arrow builders of the snapshot tables.
 //! * [`rng`] — the deterministic PRNG.
+//! * [`nights`] — `gen --nights`: consecutive snapshots of one continuing world;
+//!   [`operations`] acts between nights, [`lifecycle`] is the §9 truth of the chain of
+//!   runs and [`night_truth`] its file.
 //!
 //! Invariants: the same plan gives byte-identical files; orders are simulated in blocks of
 //! [`BLOCK_ORDERS`] in `order_id` order, so every table is sorted by `order_id` and memory
 //! stays bounded whatever the size; `manifest.json` is written last.
 
 pub mod columns;
+pub mod lifecycle;
+pub mod night_truth;
+pub mod nights;
+pub mod operations;
 pub mod rng;
 pub mod truth;
 pub mod world;
@@ -395,7 +402,7 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
         judge.judge(&order, &mut truth_rows);
         sink.push(&order, &truth_rows);
         count(&mut report, &order, &truth_rows);
-        if report.orders % BLOCK_ORDERS as u64 == 0 {
+        if report.orders.is_multiple_of(BLOCK_ORDERS as u64) {
             sink.flush().await?;
         }
     }
@@ -406,7 +413,7 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
     for (table, files) in &manifest.tables {
         for file in &files.files {
             let key = if table == Table::Receipts.name() {
-                file.path.rsplitn(2, '/').nth(1).unwrap_or(table).to_string()
+                file.path.rsplit_once('/').map_or(table.as_str(), |(folder, _)| folder).to_string()
             } else {
                 table.clone()
             };
@@ -519,8 +526,7 @@ mod tests {
 
     #[test]
     fn rates_must_fit_one_fault_per_order() {
-        let mut rates = FaultRates::default();
-        rates.reorder = 0.995;
+        let mut rates = FaultRates { reorder: 0.995, ..FaultRates::default() };
         assert!(rates.validate().is_err());
         rates.reorder = -0.1;
         assert!(rates.validate().is_err());

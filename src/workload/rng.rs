@@ -20,7 +20,7 @@ impl SplitMix64 {
 
     /// The stream of one order of one workload.
     pub fn for_order(seed: u64, order_id: i64) -> Self {
-        SplitMix64::new(mix(seed ^ mix(order_id as u64 ^ 0x5EED_0F_0DE5)))
+        SplitMix64::new(mix(seed ^ mix(order_id as u64 ^ 0x5E_ED0F_0DE5)))
     }
 
     /// The next 64 random bits.

@@ -75,16 +75,22 @@ pub struct TruthRow<'a> {
 
 /// What one rule sees of one order, up to the cut.
 #[derive(Debug, Clone, Copy, Default)]
-struct EffectState {
-    due_at: Option<Micros>,
-    voided: bool,
-    ok: u32,
-    first: Option<(Micros, u32)>,
-    second: Option<(Micros, u32)>,
+pub(crate) struct EffectState {
+    /// Earliest change to the due status.
+    pub(crate) due_at: Option<Micros>,
+    /// Some change to a void status.
+    pub(crate) voided: bool,
+    /// SUCCEEDED receipts.
+    pub(crate) ok: u32,
+    /// First SUCCEEDED receipt by `(created_at, receipt_id)`: its time and sequence number.
+    pub(crate) first: Option<(Micros, u32)>,
+    /// The second one.
+    pub(crate) second: Option<(Micros, u32)>,
 }
 
 impl EffectState {
-    fn owed(&self) -> bool {
+    /// Due, not voided, never granted.
+    pub(crate) fn owed(&self) -> bool {
         self.due_at.is_some() && !self.voided && self.ok == 0
     }
 }
@@ -142,34 +148,47 @@ impl<'a> Judge<'a> {
 
     /// The four-step skip verdict of §5 over the rules triggered by the row's event.
     fn skip_verdict(&self, entry: &LedgerEntry) -> &'static str {
-        let cut = self.window.cut;
-        let triggered = || {
-            self.states
-                .iter()
-                .zip(&self.rules.rules)
-                .filter(|(_, r)| r.trigger_event == entry.event.event_type())
-        };
-        if triggered().next().is_none() {
-            return "CORRECT";
-        }
-        let max_grace = triggered().map(|(_, r)| r.grace_micros).max().unwrap_or(0);
-        if triggered()
-            .any(|(s, r)| s.owed() && s.due_at.is_some_and(|due| due + r.grace_micros <= cut))
-        {
-            "WRONG"
-        } else if triggered().any(|(s, _)| s.owed())
-            || (triggered().all(|(s, _)| s.due_at.is_none()) && entry.decided_at + max_grace > cut)
-        {
-            "PENDING"
-        } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided && s.ok >= 1) {
-            "HARMLESS"
-        } else {
-            "CORRECT"
-        }
+        skip_verdict(
+            self.rules,
+            &self.states,
+            entry.event.event_type(),
+            entry.decided_at,
+            self.window.cut,
+        )
     }
 }
 
-fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> EffectState {
+/// The four-step skip verdict of §5 of a skip of `event_type` decided at `decided_at`,
+/// judged at `cut` over the order's `states` (one per rule of `rules`).
+pub(crate) fn skip_verdict(
+    rules: &RuleSet,
+    states: &[EffectState],
+    event_type: &str,
+    decided_at: Micros,
+    cut: Micros,
+) -> &'static str {
+    let triggered =
+        || states.iter().zip(&rules.rules).filter(|(_, r)| r.trigger_event == event_type);
+    if triggered().next().is_none() {
+        return "CORRECT";
+    }
+    let max_grace = triggered().map(|(_, r)| r.grace_micros).max().unwrap_or(0);
+    if triggered().any(|(s, r)| s.owed() && s.due_at.is_some_and(|due| due + r.grace_micros <= cut))
+    {
+        "WRONG"
+    } else if triggered().any(|(s, _)| s.owed())
+        || (triggered().all(|(s, _)| s.due_at.is_none()) && decided_at + max_grace > cut)
+    {
+        "PENDING"
+    } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided && s.ok >= 1) {
+        "HARMLESS"
+    } else {
+        "CORRECT"
+    }
+}
+
+/// What `rule` sees of `order` up to `cut`.
+pub(crate) fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> EffectState {
     let mut state = EffectState::default();
     for change in order.history.iter().filter(|c| c.at <= cut) {
         let status = change.status.name();
@@ -246,7 +265,7 @@ fn finding(
 
 /// The class of a missing effect from its trigger rows' outcome:
 /// DONE > SKIPPED/REVOKED > PENDING_REVIEW > none.
-fn missing_class(order: &OrderRows, rule: &Rule, cut: Micros) -> &'static str {
+pub(crate) fn missing_class(order: &OrderRows, rule: &Rule, cut: Micros) -> &'static str {
     let rank = order
         .ledger
         .iter()

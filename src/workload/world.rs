@@ -343,11 +343,13 @@ impl OrderRows {
         self.history.iter().take_while(|c| c.at <= t).last().map_or(Status::Created, |c| c.status)
     }
 
-    fn change(&self, status: Status) -> Option<Micros> {
+    /// When the order first changed to `status`, if it did.
+    pub fn change(&self, status: Status) -> Option<Micros> {
         self.history.iter().find(|c| c.status == status).map(|c| c.at)
     }
 
-    fn next_receipt_seq(&self, provider: Provider) -> u32 {
+    /// The sequence number of the provider's next receipt for this order.
+    pub fn next_receipt_seq(&self, provider: Provider) -> u32 {
         self.receipts.iter().filter(|r| r.provider == provider).count() as u32
     }
 
@@ -456,6 +458,22 @@ impl World {
             incident,
             grace,
         }
+    }
+
+    /// The same world with orders created from `first_cut - 2 days` on instead of
+    /// `cut - 2 days`: the continuing world of `gen --nights`, whose earlier nights see
+    /// it at earlier cuts. Faults placed relative to the cut (edge, unconsumed, the
+    /// incident) stay relative to the last cut.
+    pub fn starting_before(mut self, first_cut: Micros) -> Self {
+        let start = first_cut.min(self.cut) - 2 * DAY_MICROS;
+        self.span += self.start - start;
+        self.start = start;
+        self
+    }
+
+    /// The consumer owning `partition` at `t` (ownership rotates at every rebalance).
+    pub fn owner_at(&self, partition: i32, t: Micros) -> u32 {
+        self.owner(partition, t)
     }
 
     /// The partition of an order: `hash(order_id) % partitions`.
@@ -1123,7 +1141,7 @@ mod tests {
     fn incident_is_shipped_before_paid() {
         let w = world(FaultRates::none());
         let mut out = OrderRows::default();
-        w.simulate(INCIDENT_ORDER, &mut vec![0; 24], &mut out);
+        w.simulate(INCIDENT_ORDER, &mut [0; 24], &mut out);
         let paid = out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_PAID_MSG)).unwrap();
         let shipped =
             out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_SHIPPED_MSG)).unwrap();

@@ -306,3 +306,25 @@ async fn history_lists_complete_runs_in_cut_order() {
     assert!(csv.starts_with("run_id,since,cut,status,new,persisting,resolved,RECEIPT,"));
     assert_eq!(csv.lines().count(), 3);
 }
+
+#[test]
+fn demo_nights_shows_the_lifecycle_through_sqlite_and_equals_every_night_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_effect-recon"))
+        .args(["demo", "--nights", "3", "--orders", "3000", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(stdout.matches("verify: the run equals the truth exactly").count(), 3, "{stdout}");
+    assert!(stdout.contains("follows: run 20261128T160000Z"), "{stdout}");
+    let history: Vec<&str> =
+        stdout.lines().skip_while(|l| !l.starts_with("history")).skip(2).collect();
+    assert_eq!(history.len(), 3, "{stdout}");
+    for (line, run) in
+        history.iter().zip(["20261127T160000Z", "20261128T160000Z", "20261129T160000Z"])
+    {
+        assert!(line.starts_with(run) && line.contains("COMPLETE"), "{line}");
+    }
+}

@@ -10,6 +10,8 @@
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
 //! * `lifecycle`    — across nights (DESIGN §9) through `run`: chains, overlapping windows,
 //!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
+//! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
+//!   finding (§9), and chained runs equal to every night's truth.
 //! * `s3`           — gen → run → verify through an S3 bucket (when
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
@@ -26,6 +28,7 @@ mod export;
 mod fixture;
 mod gen;
 mod lifecycle;
+mod nights;
 mod publish;
 mod s3;
 mod slt;
