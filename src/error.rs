@@ -80,6 +80,11 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
 
+    /// A tool writing back into a team database (`publish`, `reopen`) failed; `table` is the
+    /// database table concerned. Never carries the password.
+    #[error("{tool} {table}: {message}")]
+    Database { tool: &'static str, table: String, message: String },
+
     /// A ground-truth check found differences (verify).
     #[error("{0}")]
     Mismatch(String),

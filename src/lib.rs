@@ -18,14 +18,18 @@
 //! * [`udf`] — the SQL functions of our own (`key_hash`).
 //! * [`recon`] — `run`: the reconciliation and its outputs.
 //! * [`output`] — atomic publishing of a run (files first, manifest last).
+//! * [`run_outputs`] — a finished run's outputs read back as typed rows (publish, reopen, explain).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
+//! * [`timeline`] — `explain`: one order's story in time order, reorders in words.
 //! * [`nightly`] — the scheduled job: export, then run.
 //! * [`history`] — the runs under an output root, one line each (the backlog over time).
 //! * [`workload`] — the synthetic (`effect-recon gen`) 24-partition workload with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs (or a chain of runs, night by night) checked against a
 //!   ground truth.
 //! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
-//!   the loader that puts a snapshot into a database with the recommended schema.
+//!   the loader that puts a snapshot into a database with the recommended schema, and the
+//!   write-back tools: `publish` (tasks into the team's table) and `reopen` (the audited
+//!   ledger rollback).
 //!
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
@@ -40,10 +44,12 @@ pub mod output;
 pub mod parquet_parts;
 pub mod queries;
 pub mod recon;
+pub mod run_outputs;
 pub mod session;
 pub mod snapshot;
 pub mod storage;
 pub mod time;
+pub mod timeline;
 pub mod udf;
 pub mod verify;
 pub mod workload;

@@ -2,11 +2,14 @@
 //! a validated plan of the library before any work starts.
 
 mod demo;
+mod explain;
 mod export;
 mod gen;
 mod history;
 mod nightly;
 mod progress;
+mod publish;
+mod reopen;
 mod run;
 mod sql;
 mod verify;
@@ -44,6 +47,12 @@ enum Command {
     History(history::HistoryArgs),
     /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
     Load(export::LoadArgs),
+    /// Publish a run's compensation tasks into the team's task table (idempotent).
+    Publish(publish::PublishArgs),
+    /// Reopen the ledger rows of wrong skips (SKIPPED -> REVOKED), audited; dry run unless --apply.
+    Reopen(reopen::ReopenArgs),
+    /// One order's story in time order: statuses, ledger decisions, receipts, findings, tasks.
+    Explain(explain::ExplainArgs),
 }
 
 /// How a successful command ended.
@@ -97,6 +106,9 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Nightly(args) => nightly::execute(args).await,
         Command::Load(args) => export::execute_load(args).await,
         Command::History(args) => history::execute(args).await,
+        Command::Publish(args) => publish::execute(args).await,
+        Command::Reopen(args) => reopen::execute(args).await,
+        Command::Explain(args) => explain::execute(args).await,
     }
 }
 

@@ -18,9 +18,12 @@
 //!   manifest is incomplete and no reader uses it. No error text carries a password.
 
 pub mod batch;
+pub mod db;
 pub mod dialect;
 pub mod load;
 mod progress;
+pub mod publish;
+pub mod reopen;
 pub mod source;
 
 use std::collections::BTreeMap;

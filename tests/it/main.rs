@@ -16,6 +16,9 @@
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
 //!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
+//! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
+//!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
+//!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
 
 mod bad_input;
 mod cli;
@@ -26,5 +29,6 @@ mod fixture;
 mod gen;
 mod lifecycle;
 mod nights;
+mod publish;
 mod s3;
 mod slt;

@@ -1,0 +1,150 @@
+//! `effect-recon reopen`: the audited ledger rollback (SKIPPED / PENDING_REVIEW → REVOKED).
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use effect_recon::config::JobConfig;
+use effect_recon::export::db::WriteTarget;
+use effect_recon::export::reopen::{
+    self, ItemStatus, LedgerColumns, ReopenMode, ReopenPlan, ReopenReport, DEFAULT_AUDIT_TABLE,
+    DEFAULT_LEDGER_TABLE,
+};
+use effect_recon::snapshot::Table;
+use effect_recon::storage::Location;
+
+use super::Outcome;
+
+/// Reopen the ledger rows of a run's wrong skips and stalled reviews (set them REVOKED so a
+/// redelivered message is processed), or undo an earlier reopen. A dry run unless --apply.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Exit codes: 0 ok, 2 error (a failed batch is rolled back whole; earlier batches stay, with audit rows).\n\
+Each change is guarded by the action the run saw (WHERE msg_id = ? AND action = 'SKIPPED'); rows\n\
+changed meanwhile are reported and left alone. DONE rows are never touched, no row is deleted.\n\
+Examples:\n  effect-recon reopen --run /var/lib/recon/run=20261129T160000Z --ledger mysql://ops@db1/fulfilment\n  \
+effect-recon reopen --run ... --ledger ... --apply --create --by alice --republish /tmp/replay.jsonl\n  \
+effect-recon reopen --undo reopen-20261130T081500Z-3f2a --ledger ... --apply"
+)]
+pub struct ReopenArgs {
+    /// The run folder whose tasks' reopen_msg_id are reopened.
+    #[arg(long, value_name = "DIR|URL", required_unless_present = "undo")]
+    run: Option<String>,
+    /// Undo an earlier apply: its apply id, or one batch id, from the audit table.
+    #[arg(long, value_name = "ID", conflicts_with = "run")]
+    undo: Option<String>,
+    /// The ledger's database: mysql://, mariadb://, postgres:// or sqlite: URL, without a
+    /// password (default: the job config's ledger source).
+    #[arg(long, value_name = "URL", required_unless_present = "config")]
+    ledger: Option<String>,
+    /// Environment variable holding the database password (default: the ledger source's).
+    #[arg(long, value_name = "VAR")]
+    password_env: Option<String>,
+    /// Job config whose ledger [[source]] gives the URL, password_env, table and the column
+    /// names (the columns its query aliases AS msg_id and AS action).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The ledger table (default: from --config, else idempotent_msg).
+    #[arg(long, value_name = "NAME")]
+    table: Option<String>,
+    /// The audit table, in the ledger's database.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_AUDIT_TABLE)]
+    audit_table: String,
+    /// Change the rows (without it: a dry run that changes nothing).
+    #[arg(long)]
+    apply: bool,
+    /// Create the audit table when missing (sql/schema/reopen_audit.<driver>.sql).
+    #[arg(long)]
+    create: bool,
+    /// Messages per transaction.
+    #[arg(long, value_name = "N", default_value_t = 500)]
+    batch: usize,
+    /// At most this many changed rows per second.
+    #[arg(long, value_name = "N")]
+    max_rows_per_second: Option<f64>,
+    /// Who does it, for the audit (default: the OS user).
+    #[arg(long, value_name = "NAME")]
+    by: Option<String>,
+    /// Act on a run whose self-checks failed (INCOMPLETE, exit 3) all the same.
+    #[arg(long)]
+    allow_incomplete: bool,
+    /// With --apply: write the reopened messages as JSON lines for a producer script to replay.
+    #[arg(long, value_name = "FILE")]
+    republish: Option<PathBuf>,
+}
+
+/// Runs `effect-recon reopen`.
+pub async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
+    let mode = match (&args.run, &args.undo) {
+        (Some(run), None) => ReopenMode::Revoke { run: Location::parse(run)? },
+        (None, Some(id)) => ReopenMode::Undo { id: id.clone() },
+        _ => bail!("give either --run or --undo"),
+    };
+    let (mut url, mut password_env) = (args.ledger.clone(), args.password_env.clone());
+    let (mut table, mut columns) = (None, LedgerColumns::default());
+    if let Some(path) = &args.config {
+        let job = JobConfig::load(path)?;
+        let Some(source) = job.sources.iter().find(|s| s.table == Table::Ledger) else {
+            bail!("{}: no [[source]] with table = \"ledger\"", path.display());
+        };
+        (table, columns) = reopen::ledger_mapping(&source.query);
+        url = url.or_else(|| Some(source.url.clone()));
+        password_env = password_env.or_else(|| source.password_env.clone());
+    }
+    let Some(url) = url else { bail!("give --ledger or --config") };
+    let by = args
+        .by
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok());
+    let plan = ReopenPlan {
+        mode,
+        target: WriteTarget::new("reopen", &url, password_env.as_deref())?,
+        table: args.table.or(table).unwrap_or_else(|| DEFAULT_LEDGER_TABLE.into()),
+        columns,
+        audit_table: args.audit_table,
+        apply: args.apply,
+        create_audit: args.create,
+        batch: args.batch.max(1),
+        max_rows_per_second: args.max_rows_per_second,
+        by: by.unwrap_or_else(|| "unknown".into()),
+        republish: args.republish,
+        allow_incomplete: args.allow_incomplete,
+    };
+    let report = reopen::reopen(&plan).await?;
+    print_report(&report);
+    Ok(Outcome::Clean)
+}
+
+fn print_report(report: &ReopenReport) {
+    let apply = report.applied;
+    for item in &report.items {
+        println!(
+            "{:<24} {:<33} now {:<15} {}{}  tasks {}",
+            item.msg_id,
+            format!("{} -> {}", item.from, item.to),
+            item.current.as_deref().unwrap_or("-"),
+            item.status.as_str(apply),
+            item.batch_id.as_ref().map(|b| format!(" [{b}]")).unwrap_or_default(),
+            item.task_ids
+        );
+    }
+    let counts = format!(
+        "{} {}, {} already done, {} changed by someone else (left alone), {} without a ledger row",
+        report.count(ItemStatus::Changed),
+        if apply { "changed" } else { "would change" },
+        report.count(ItemStatus::AlreadyDone),
+        report.count(ItemStatus::Moved),
+        report.count(ItemStatus::Missing)
+    );
+    match &report.apply_id {
+        Some(id) if !report.batches.is_empty() && id.starts_with("reopen-") => println!(
+            "applied {id} in {} batch(es): {counts}\nundo with: effect-recon reopen --undo {id} --ledger <URL> --apply",
+            report.batches.len()
+        ),
+        Some(id) if !report.batches.is_empty() => {
+            println!("applied {id} in {} batch(es): {counts}", report.batches.len())
+        }
+        Some(_) => println!("applied, nothing to change: {counts}"),
+        None => println!("dry run, nothing changed: {counts}\nrun again with --apply to change them"),
+    }
+}
