@@ -360,3 +360,64 @@ pub fn self_checks(
     }
     reasons
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::DAY_MICROS;
+
+    const HOUR: Micros = 3_600_000_000;
+
+    #[test]
+    fn a_first_run_lists_by_its_window_and_starts_the_chain() {
+        let chain =
+            Chain::new(None, 10 * DAY_MICROS, 11 * DAY_MICROS, 2 * DAY_MICROS, 30 * DAY_MICROS);
+        assert_eq!(chain.origin, 10 * DAY_MICROS);
+        assert_eq!(chain.list_since, 10 * DAY_MICROS);
+        assert_eq!(chain.expire_before, -19 * DAY_MICROS);
+    }
+
+    #[test]
+    fn a_chained_run_lists_back_to_the_late_horizon_but_never_before_the_origin() {
+        let previous = |origin: Micros| PreviousRun {
+            folder: Location::parse("/tmp/previous").unwrap(),
+            manifest: serde_json::from_value(serde_json::json!({
+                "format": "effect-recon/run@1", "run_id": "r1", "cut": "1970-01-11T00:00:00Z",
+                "since": "1970-01-10T00:00:00Z", "snapshot": "s", "rules_hash": "h",
+                "version": "0", "origin": "x", "tables": {},
+                "summary": {"path": "summary.json", "rows": 0, "sha256": ""}
+            }))
+            .unwrap(),
+            summary: serde_json::from_value(serde_json::json!({
+                "format": "f", "run_id": "r1", "since": "s", "cut": "c", "findings": [],
+                "verdicts": {}, "skip_verdicts": {}, "compensation_tasks": 0, "inputs": {},
+                "timings_ms": {}
+            }))
+            .unwrap(),
+            cut: 11 * DAY_MICROS,
+            origin,
+        };
+        // An old chain: the late horizon (2d before S) is the bound.
+        let old = previous(DAY_MICROS);
+        let chain = Chain::new(
+            Some(&old),
+            11 * DAY_MICROS,
+            12 * DAY_MICROS,
+            2 * DAY_MICROS,
+            30 * DAY_MICROS,
+        );
+        assert_eq!((chain.origin, chain.list_since), (DAY_MICROS, 9 * DAY_MICROS));
+        assert_eq!(chain.previous_run.as_deref(), Some("r1"));
+        // A young chain: nothing before its origin is listed.
+        let young = previous(10 * DAY_MICROS + HOUR);
+        let chain = Chain::new(
+            Some(&young),
+            11 * DAY_MICROS,
+            12 * DAY_MICROS,
+            2 * DAY_MICROS,
+            30 * DAY_MICROS,
+        );
+        assert_eq!(chain.list_since, 10 * DAY_MICROS + HOUR);
+        assert_eq!(chain.expire_before, -18 * DAY_MICROS);
+    }
+}

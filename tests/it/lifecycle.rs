@@ -328,3 +328,24 @@ fn demo_nights_shows_the_lifecycle_through_sqlite_and_equals_every_night_truth()
         assert!(line.starts_with(run) && line.contains("COMPLETE"), "{line}");
     }
 }
+
+#[tokio::test]
+async fn a_rule_value_with_a_typo_is_named_with_the_closest_value_and_makes_the_run_incomplete() {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("fixtures/rules.toml"))
+        .unwrap()
+        .replace("due_status    = \"SHIPPED\"", "due_status    = \"SHIPED\"");
+    assert!(text.contains("SHIPED"));
+    let path = rules_dir.path().join("rules.toml");
+    std::fs::write(&path, text).unwrap();
+    let (_dir, out) = temp_location();
+    let mut plan = plan(&tiny_snapshot(), &out);
+    plan.rules = effect_recon::config::RuleSet::load(Some(&path)).unwrap();
+    let report = run(&plan).await.unwrap();
+    assert_eq!(report.summary.status, RunStatus::Incomplete);
+    let expected =
+        "rule logistics_waybill: due_status \"SHIPED\" matches no status_history.status \
+                    value in the snapshot (did you mean SHIPPED?)";
+    assert_eq!(report.summary.reasons, vec![expected.to_string()]);
+    assert!(report.summary.rule_warnings.contains(&expected.to_string()));
+}
