@@ -75,6 +75,54 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     }
 }
 
+/// The exit of `--fail-on-breaks`, with the one line that says why: `exit 1: N BREAK findings`.
+pub fn fail_on_breaks(breaks: u64) -> Outcome {
+    let noun = if breaks == 1 { "finding" } else { "findings" };
+    eprintln!("exit 1: {breaks} BREAK {noun} (--fail-on-breaks)");
+    Outcome::Breaks
+}
+
+/// An error and its causes on one line, each cause once.
+///
+/// anyhow's `{:#}` appends every source to its parent, but our variants, DataFusion's and
+/// object_store's errors already include their source's text in their own message, so a
+/// plain `{:#}` prints the same cause two to four times. A cause whose text is already in
+/// the line is left out.
+pub fn render_error(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line
+}
+
+/// How to call this binary in a printed hint: `effect-recon` when that name on the PATH is
+/// this very binary, else the binary's full path, so every printed command line runs as it
+/// is pasted.
+pub fn self_command() -> String {
+    let Ok(me) = std::env::current_exe() else { return "effect-recon".into() };
+    let me = std::fs::canonicalize(&me).unwrap_or(me);
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("effect-recon"))
+            .find(|candidate| candidate.is_file())
+    });
+    match on_path {
+        Some(found) if std::fs::canonicalize(&found).is_ok_and(|found| found == me) => {
+            "effect-recon".into()
+        }
+        _ => me.display().to_string(),
+    }
+}
+
 /// Parses sizes such as `2GiB`, `512MiB`, `1G`, `300M`, `1048576`.
 pub fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
@@ -93,9 +141,17 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
     Ok((number * multiplier) as usize)
 }
 
-/// Parses an instant argument.
+/// Parses an instant argument; a date alone is midnight UTC, and the user is told so.
 pub fn parse_instant_arg(text: &str) -> Result<i64, String> {
-    effect_recon::time::parse_instant(text)
+    let instant = effect_recon::time::parse_instant(text)?;
+    if chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").is_ok() {
+        eprintln!(
+            "note: '{}' is a date alone; read as {} (midnight UTC)",
+            text.trim(),
+            effect_recon::time::format_instant(instant)
+        );
+    }
+    Ok(instant)
 }
 
 /// Engine options shared by the commands that query.

@@ -52,7 +52,7 @@ pub async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
     println!("outputs: {}", report.run.folder);
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
     if args.fail_on_breaks && report.run.summary.breaks() > 0 {
-        return Ok(Outcome::Breaks);
+        return Ok(super::fail_on_breaks(report.run.summary.breaks()));
     }
     Ok(Outcome::Clean)
 }

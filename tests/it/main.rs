@@ -6,6 +6,9 @@
 //! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
 //! * `bad_input`    — every kind of bad input gets its own clear error and no manifest.
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
+//! * `messages`     — what a new user sees: one cause once, naming the argument; every
+//!   `--help` example runs against the tiny fixture.
+//! * `links`        — README.md and docs/ have no dead links in a fresh clone.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
 //! * `s3`           — gen → run → verify through an S3 bucket (when
@@ -20,5 +23,7 @@ mod differential;
 mod export;
 mod fixture;
 mod gen;
+mod links;
+mod messages;
 mod s3;
 mod slt;
