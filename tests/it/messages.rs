@@ -314,6 +314,98 @@ fn every_help_example_runs_against_the_tiny_fixture() {
     assert!(ran >= 5, "only {ran} examples ran: {examples:?}");
 }
 
+/// The `effect-recon ...` lines of the README's `sh` blocks: continuations joined,
+/// comments and `[optional]` parts dropped.
+fn readme_examples() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let mut lines = Vec::new();
+    let mut in_sh = false;
+    let mut pending = String::new();
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_sh = line == "```sh";
+            continue;
+        }
+        if !in_sh {
+            continue;
+        }
+        let code = line.split(" #").next().unwrap_or("").trim_end();
+        match code.strip_suffix('\\') {
+            Some(head) => pending.push_str(head),
+            None => {
+                pending.push_str(code);
+                let full = std::mem::take(&mut pending);
+                if full.trim_start().starts_with("effect-recon ") {
+                    lines.push(drop_optional(full.trim()));
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// `gen --out X [--incident]` -> `gen --out X`.
+fn drop_optional(line: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0;
+    for c in line.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn every_readme_example_on_the_tiny_fixture_runs_as_printed() {
+    let top = stdout(&effect_recon(&["--help"]));
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path();
+    std::os::unix::fs::symlink(repo("fixtures"), root.join("fixtures")).unwrap();
+    let tmp = root.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut ran = 0;
+    for line in readme_examples() {
+        let mut args = words(&line);
+        args.remove(0);
+        let command = args[0].clone();
+        let reason = if line.contains("s3://") || line.contains("--config") {
+            Some("needs S3 or databases")
+        } else if line.contains("snap-11") {
+            Some("placeholder snapshots of consecutive nights")
+        } else if !top.contains(&format!("\n  {command} ")) {
+            Some("a command this build does not have yet")
+        } else if args.len() == 3 && command == "sql" {
+            Some("interactive")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            eprintln!("not run ({reason}): {line}");
+            continue;
+        }
+        for index in 0..args.len() {
+            args[index] = args[index].replace("/tmp/", &format!("{}/", tmp.display()));
+            if index > 0 && args[index - 1] == "--orders" {
+                args[index] = "2000".into();
+            }
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = effect_recon_in(root, &args);
+        assert!(
+            matches!(output.status.code(), Some(0 | 1)),
+            "README example failed: {line}\n{}{}",
+            stdout(&output),
+            stderr(&output)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 7, "only {ran} README examples ran");
+}
+
 #[test]
 fn the_example_splitter_keeps_quoted_statements_whole() {
     assert_eq!(
