@@ -194,6 +194,28 @@ fn a_date_alone_is_midnight_utc_and_the_command_says_so() {
     assert!(stdout(&output).contains("2026-11-29T00:00:00Z]"), "{}", stdout(&output));
 }
 
+#[test]
+fn fail_on_breaks_says_why_it_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().display().to_string();
+    let made = effect_recon(&["demo", "--orders", "2000", "--dir", &demo]);
+    assert_eq!(made.status.code(), Some(0), "{}", stderr(&made));
+    let job = dir.path().join("job.toml").display().to_string();
+    let cut = "2026-11-29T16:00:00Z";
+    let args = ["nightly", "-q", "--config", &job, "--cut", cut, "--replace", "--fail-on-breaks"];
+    let output = effect_recon(&args);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let total = stdout(&output)
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("total"))
+        .and_then(|counts| counts.split_whitespace().next().map(str::to_string))
+        .expect("the summary has a total line");
+    assert_eq!(
+        stderr(&output).lines().last(),
+        Some(format!("exit 1: {total} BREAK findings (--fail-on-breaks)").as_str())
+    );
+}
+
 /// `effect-recon ...` lines of every subcommand's `--help`.
 fn help_examples() -> Vec<(String, String)> {
     let top = stdout(&effect_recon(&["--help"]));
