@@ -93,7 +93,7 @@ pub fn render_error(error: &anyhow::Error) -> String {
     for cause in error.chain() {
         let text = cause.to_string();
         let text = text.trim();
-        if text.is_empty() || line.contains(text) {
+        if text.is_empty() || said(&line, text) {
             continue;
         }
         if !line.is_empty() {
@@ -102,6 +102,28 @@ pub fn render_error(error: &anyhow::Error) -> String {
         line.push_str(text);
     }
     line
+}
+
+/// Whether `line` already says `cause`: the whole text, or its text after a generic label
+/// such as `sql parser error: ` (a label without paths or numbers, so a cause that names
+/// another file is never dropped).
+fn said(line: &str, cause: &str) -> bool {
+    let mut rest = cause;
+    loop {
+        // A short tail ("not found") says too little to count as the same cause.
+        if line.contains(rest) && (rest.len() == cause.len() || rest.len() >= 16) {
+            return true;
+        }
+        match rest.split_once(": ") {
+            Some((label, tail))
+                if label.len() <= 40
+                    && !label.contains(|c: char| c == '/' || c == '.' || c.is_ascii_digit()) =>
+            {
+                rest = tail;
+            }
+            _ => return false,
+        }
+    }
 }
 
 /// How to call this binary in a printed hint: `effect-recon` when that name on the PATH is
@@ -180,5 +202,42 @@ impl EngineArgs {
             Some(limit) => options.with_memory_limit(limit),
             None => options,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_error;
+
+    fn chain(outer: &str, inner: &str) -> anyhow::Error {
+        anyhow::Error::new(std::io::Error::other(inner.to_string())).context(outer.to_string())
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let e = chain(
+            "snapshot /a: No such file or directory (os error 2)",
+            "No such file or directory (os error 2)",
+        );
+        assert_eq!(render_error(&e), "snapshot /a: No such file or directory (os error 2)");
+        let e = chain(
+            "sql: SQL error: ParserError(\"Expected: an SQL statement, found: SELEC at Line: 1, Column: 1\")",
+            "sql parser error: Expected: an SQL statement, found: SELEC at Line: 1, Column: 1",
+        );
+        assert_eq!(
+            render_error(&e),
+            "sql: SQL error: ParserError(\"Expected: an SQL statement, found: SELEC at Line: 1, Column: 1\")"
+        );
+    }
+
+    #[test]
+    fn a_new_cause_is_appended() {
+        assert_eq!(
+            render_error(&chain("--file a.sql", "permission denied")),
+            "--file a.sql: permission denied"
+        );
+        // A cause naming another file is kept even when its tail was said.
+        let e = chain("reading /a: not found", "file /b: not found");
+        assert_eq!(render_error(&e), "reading /a: not found: file /b: not found");
     }
 }

@@ -61,6 +61,21 @@ fn an_unknown_column_lists_the_valid_fields_once() {
 }
 
 #[test]
+fn a_syntax_error_is_said_once() {
+    let output = effect_recon(&["sql", "--snapshot", &tiny(), "-c", "SELEC 1"]);
+    assert_eq!(
+        error_line(&output),
+        "error: sql: SQL error: ParserError(\"Expected: an SQL statement, found: SELEC at Line: 1, \
+         Column: 1\")"
+    );
+    let output = effect_recon(&["sql", "--snapshot", &tiny(), "-c", "SELECT * FROM nope"]);
+    assert_eq!(
+        error_line(&output),
+        "error: sql: Error during planning: table 'datafusion.public.nope' not found"
+    );
+}
+
+#[test]
 fn a_file_given_as_snapshot_is_named_as_a_file() {
     let out = tempfile::tempdir().unwrap();
     let file = format!("{}/manifest.json", tiny());
