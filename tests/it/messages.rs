@@ -289,8 +289,10 @@ fn words(line: &str) -> Vec<String> {
 fn cannot_run(line: &str) -> Option<&'static str> {
     if line.contains("s3://") {
         Some("needs an S3 bucket")
-    } else if line.contains("--config") {
-        Some("needs a job config with reachable databases")
+    } else if line.contains("--config") || line.contains("--ledger") || line.contains("PASSWORD=") {
+        Some("needs reachable databases")
+    } else if line.contains("/var/lib/") || line.contains(" ... ") {
+        Some("a production path or a placeholder")
     } else if line.contains("(interactive") {
         Some("interactive")
     } else if line.contains("fixtures/snapshot") && line.starts_with("effect-recon run ") {
