@@ -2,7 +2,7 @@
 """Side-by-side comparison of `effect-recon run` with DuckDB, MariaDB and a bare scan.
 
 For each generated day (--orders N ...) or given snapshot (--snapshot PATH), this
-  1. checks that the DuckDB SQL of DESIGN.md §5 (benches/duckdb_recon.sql) reproduces
+  1. checks that the DuckDB SQL of docs/SEMANTICS.md (benches/duckdb_recon.sql) reproduces
      fixtures/tiny/expected/*.psv exactly, all columns;
   2. times, alternating, in child processes (wall time and peak RSS from wait4):
        effect-recon run     the tool itself
@@ -111,7 +111,7 @@ GRACE_UNITS_US = {"ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_0
 
 
 def parse_grace(text: str, effect: str) -> int:
-    """'1h 30m' -> microseconds (DESIGN.md §5: one or more <int><unit>, units ms s m h d)."""
+    """'1h 30m' -> microseconds (docs/CONTRACT.md: one or more <int><unit>, units ms s m h d)."""
     parts = text.split()
     if not parts:
         raise BenchError(f"rule {effect}: empty grace")
@@ -670,7 +670,7 @@ def write_results(path: Path, cases: list[Case], args, binary: Path, argv: list[
              f"{'' if args.no_warmup else ', after one untimed warm-up round'}); threads = {args.threads} "
              "(`--target-partitions` for effect-recon, `SET threads` for DuckDB). `engine-reported` is the run's "
              "own `time:` line summed (validate + reconcile + write) or DuckDB's time after imports. The DuckDB recon "
-             "(`benches/duckdb_recon.sql`, an independent SQL of DESIGN.md §5) reads the same Parquet files, checks "
+             "(`benches/duckdb_recon.sql`, an independent SQL of docs/SEMANTICS.md) reads the same Parquet files, checks "
              "row counts and msg_id uniqueness as the run does, and writes the same three tables to Parquet. "
              "MariaDB runs `benches/mariadb_missing.sql` (MISSING findings only, NOT EXISTS, natural indexes on "
              "order_id and the time columns), timed through the `mariadb` client after the load, with a warm "

@@ -1,4 +1,4 @@
--- duckdb_recon.sql: DESIGN.md §5 written independently for DuckDB, as a reference
+-- duckdb_recon.sql: docs/SEMANTICS.md written independently for DuckDB, as a reference
 -- implementation and an equality check for `effect-recon run` (benches/compare.py).
 --
 -- compare.py provides, before this file runs:

@@ -1,5 +1,5 @@
 -- mariadb_missing.sql: the approach teams start from, over the same day in MariaDB: every
--- MISSING finding of DESIGN.md §5 (all three rules, all four classes, BREAK and PENDING)
+-- MISSING finding of docs/SEMANTICS.md (all three rules, all four classes, BREAK and PENDING)
 -- with NOT EXISTS subqueries. Needs @cut, @since (DATETIME(6), UTC) and @lo = @since
 -- minus the longest grace (lets the changed_at index bound the scan of due changes).
 -- Output: effect, order_id, class, verdict.

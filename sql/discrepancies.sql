@@ -1,5 +1,5 @@
--- discrepancies: the findings of this run, sorted by effect, order_id, class (DESIGN §6,
--- with the lifecycle columns of §9):
+-- discrepancies: the findings of this run, sorted by effect, order_id, class (docs/OUTPUTS.md,
+-- with the lifecycle columns):
 --   * every finding listed by the window (break_on after the listing bound);
 --   * every open finding of the previous run still of its class (PERSISTING, BREAK, its
 --     evidence recomputed here) and every pair reclassified since (its new finding, with

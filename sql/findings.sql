@@ -1,4 +1,4 @@
--- findings: every candidate with its class, finding_id and ledger evidence (DESIGN §5),
+-- findings: every candidate with its class, finding_id and ledger evidence (docs/SEMANTICS.md),
 -- before the lifecycle: the current class of each pair, listed or not.
 -- finding_id = first 8 bytes (16 hex digits) of SHA-256 of '{effect}:{order_id}:{class}'.
 WITH classified AS (

@@ -1,5 +1,5 @@
 -- rejudged: each open finding F of the previous run judged again at $cut over the whole
--- snapshot (DESIGN §9). The pair's current class K comes from findings.sql; the first
+-- snapshot (docs/SEMANTICS.md). The pair's current class K comes from findings.sql; the first
 -- rule that holds gives the outcome:
 --   PERSISTING   K is F's class;
 --   RECEIPT      F is a missing class and a SUCCEEDED receipt exists;

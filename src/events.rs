@@ -40,7 +40,7 @@ pub enum Event {
         /// Wall time.
         elapsed: Duration,
     },
-    /// A run follows a previous run (DESIGN §9).
+    /// A run follows a previous run (docs/SEMANTICS.md).
     RunFollows {
         /// The previous run's id.
         previous_run: String,

@@ -35,9 +35,32 @@ pub async fn open(
     Ok(ctx)
 }
 
+/// The run tables a session has only with a run folder.
+const RUN_TABLES: [&str; 4] = ["discrepancies", "compensation_tasks", "skip_verdicts", "resolved"];
+
+/// The snapshot a finished run judged, as its manifest names it.
+pub async fn judged_snapshot(folder: &Location) -> Result<String> {
+    Ok(run_manifest(folder).await?.snapshot)
+}
+
+/// A run's manifest; a folder that does not exist (or is a file) is named as such rather
+/// than as one without a manifest.
+async fn run_manifest(folder: &Location) -> Result<crate::output::RunManifest> {
+    match read_run_manifest(folder).await {
+        Ok(manifest) => Ok(manifest),
+        Err(e) => match folder.not_a_folder().await {
+            Some(problem) => Err(Error::Output {
+                location: folder.display(""),
+                message: format!("run folder {problem}"),
+            }),
+            None => Err(e),
+        },
+    }
+}
+
 /// Registers the output tables of a finished run (the files its manifest lists).
 pub async fn register_run(ctx: &SessionContext, folder: &Location) -> Result<()> {
-    let manifest = read_run_manifest(folder).await?;
+    let manifest = run_manifest(folder).await?;
     ctx.register_object_store(folder.store_url(), Arc::clone(folder.store()));
     for (name, table) in &manifest.tables {
         let context = |e| Error::query(format!("registering run table {name}"), e);
@@ -61,6 +84,17 @@ pub async fn register_run(ctx: &SessionContext, folder: &Location) -> Result<()>
     Ok(())
 }
 
+/// The run table an error says is missing, when the session has no run registered.
+fn missing_run_table(ctx: &SessionContext, error: &str) -> Option<&'static str> {
+    if ctx.table_exist("discrepancies").unwrap_or(false) {
+        return None;
+    }
+    RUN_TABLES.into_iter().find(|table| {
+        error.contains(&format!("table '{table}' not found"))
+            || error.contains(&format!(".{table}' not found"))
+    })
+}
+
 /// Plans one statement, refusing anything that would change data or the session:
 /// DDL (CREATE, DROP), DML (INSERT, UPDATE, DELETE, COPY) and statements such as SET.
 pub async fn read_only_query(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
@@ -73,6 +107,11 @@ pub async fn read_only_query(ctx: &SessionContext, sql: &str) -> Result<DataFram
             .find_map(|marker| text.find(marker).map(|at| text[at + marker.len()..].trim().to_string()));
         if let Some(what) = refused {
             Error::argument("sql", format!("{what} refused: this session is read-only (no CREATE, DROP, INSERT, UPDATE, DELETE, COPY or SET); only queries run here"))
+        } else if let Some(table) = missing_run_table(ctx, &text) {
+            Error::argument(
+                "sql",
+                format!("table '{table}' not found: the run tables ({}) need --run <out>/run=<id>", RUN_TABLES.join(", ")),
+            )
         } else {
             Error::query("sql", e)
         }

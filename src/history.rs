@@ -11,7 +11,7 @@ use crate::recon::summary::Summary;
 use crate::storage::Location;
 use crate::time::parse_instant;
 
-/// The resolutions of DESIGN §9, in the order the history shows them.
+/// The resolutions of docs/SEMANTICS.md, in the order the history shows them.
 pub const RESOLUTIONS: [&str; 6] =
     ["RECEIPT", "VOIDED", "REVERSED", "NOW_DUE", "RECLASSIFIED", "EXPIRED"];
 

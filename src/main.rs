@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         Ok(outcome) => outcome.exit_code(),
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cli::render_error(&e));
             ExitCode::from(2)
         }
     }

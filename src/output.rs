@@ -40,7 +40,7 @@ pub struct RunManifest {
     pub rules_hash: String,
     /// effect-recon version that wrote it.
     pub version: String,
-    /// The run this one follows (DESIGN §9), if any.
+    /// The run this one follows (docs/SEMANTICS.md), if any.
     #[serde(default)]
     pub previous_run: Option<String>,
     /// Window start of the first run of the chain, RFC 3339 (absent in runs made before

@@ -2,7 +2,7 @@
 //! the systems that act on it (`publish`, `reopen`, `explain`).
 //!
 //! Only the files the run's `manifest.json` lists are read, and each file's row count is
-//! checked against the manifest. The reader follows DESIGN.md §6 and §9 across versions:
+//! checked against the manifest. The reader follows docs/OUTPUTS.md across versions:
 //! `compensation_tasks.attempt` and the `resolved` table are used when the run has them
 //! and are `None` for runs written before the lifecycle existed.
 
@@ -136,7 +136,7 @@ impl RunOutputs {
         &self.manifest.run_id
     }
 
-    /// Refuses a run whose self-checks failed (DESIGN.md §9 INCOMPLETE, exit 3): its
+    /// Refuses a run whose self-checks failed (docs/SEMANTICS.md INCOMPLETE, exit 3): its
     /// findings may come from a broken export and must not drive compensation, unless
     /// the caller says so (`allow`).
     pub fn check_complete(&self, allow: bool) -> Result<()> {

@@ -120,6 +120,25 @@ impl Location {
         }
     }
 
+    /// Why this location cannot be a folder: `Some("does not exist")` or `Some("is a file,
+    /// not a folder")`; `None` when it is one (on an object store: when any object lies
+    /// under it). Used to explain a missing manifest by its real cause.
+    pub async fn not_a_folder(&self) -> Option<&'static str> {
+        if self.store_url.scheme() == "file" {
+            return match std::fs::metadata(&self.display) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("does not exist"),
+                Ok(meta) if !meta.is_dir() => Some("is a file, not a folder"),
+                _ => None,
+            };
+        }
+        match self.store.list_with_delimiter(Some(&self.prefix)).await {
+            Ok(listing) if listing.objects.is_empty() && listing.common_prefixes.is_empty() => {
+                Some("does not exist (nothing under this prefix)")
+            }
+            _ => None,
+        }
+    }
+
     /// Reads a whole object; `Ok(None)` when it does not exist.
     pub async fn read_optional(&self, relative: &str) -> Result<Option<Bytes>> {
         match self.store.get(&self.path(relative)).await {

@@ -66,10 +66,24 @@ pub async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
         return execute_nights(args).await;
     }
     let dirs = prepare(&args)?;
+    eprintln!(
+        "demo: generating {} orders into {} (about 2 s per 100k orders)",
+        args.orders,
+        dirs.generated.display("")
+    );
     let generated = generate(&dirs, &args).await?;
     eprint!("{}", generated.render());
+    eprintln!(
+        "demo: loading the day into SQLite {} (about 10 s per 100k orders)",
+        dirs.database.display()
+    );
     load(&dirs).await?;
+    eprintln!(
+        "demo: nightly job {}: export from SQLite (about 15 s per 100k orders), then run",
+        dirs.job.display()
+    );
     let report = run_nightly(&dirs, &generated).await?;
+    eprintln!("demo: verifying the run against the ground truth");
     let checked = check(&dirs, &report).await?;
     print!("{}", report.run.summary.render());
     print!("{}", checked.render());
@@ -204,8 +218,12 @@ fn print_next_steps(dirs: &DemoDirs, report: &NightlyReport) {
     println!("snapshot: {snapshot}");
     println!("outputs:  {run_dir}");
     println!("truth:    {}", Path::new(&dirs.generated.display(TRUTH_FILE)).display());
+    let me = super::self_command();
     println!("explore:");
     println!(
-        "  effect-recon sql --snapshot {snapshot} --run {run_dir} -c \"SELECT class, verdict, count(*) AS n FROM discrepancies GROUP BY class, verdict ORDER BY class, verdict\""
+        "  {me} sql --snapshot {snapshot} --run {run_dir} -c \"SELECT class, verdict, count(*) AS n FROM discrepancies GROUP BY class, verdict ORDER BY class, verdict\""
     );
+    if me != "effect-recon" {
+        println!("  (effect-recon is not on the PATH; ./scripts/install puts it there)");
+    }
 }

@@ -62,7 +62,7 @@ pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Creates the tables of sql/schema/<driver>.sql if missing, then inserts every row.\n\
-Example:\n  effect-recon load --snapshot fixtures/snapshot --url sqlite:///tmp/day.db"
+Example:\n  effect-recon load --snapshot fixtures/tiny/snapshot --url sqlite:///tmp/day.db"
 )]
 pub struct LoadArgs {
     /// Snapshot folder to read: a directory, file:// or s3:// URL holding manifest.json.

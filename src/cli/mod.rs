@@ -86,7 +86,8 @@ impl Outcome {
             );
             Outcome::Incomplete
         } else if fail_on_breaks && summary.breaks() > 0 {
-            eprintln!("exit 1: {} BREAK findings (--fail-on-breaks)", summary.breaks());
+            let noun = if summary.breaks() == 1 { "finding" } else { "findings" };
+            eprintln!("exit 1: {} BREAK {noun} (--fail-on-breaks)", summary.breaks());
             Outcome::Breaks
         } else {
             Outcome::Clean
@@ -109,6 +110,69 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Publish(args) => publish::execute(args).await,
         Command::Reopen(args) => reopen::execute(args).await,
         Command::Explain(args) => explain::execute(args).await,
+    }
+}
+
+/// An error and its causes on one line, each cause once.
+///
+/// anyhow's `{:#}` appends every source to its parent, but our variants, DataFusion's and
+/// object_store's errors already include their source's text in their own message, so a
+/// plain `{:#}` prints the same cause two to four times. A cause whose text is already in
+/// the line is left out.
+pub fn render_error(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || said(&line, text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line
+}
+
+/// Whether `line` already says `cause`: the whole text, or its text after a generic label
+/// such as `sql parser error: ` (a label without paths or numbers, so a cause that names
+/// another file is never dropped).
+fn said(line: &str, cause: &str) -> bool {
+    let mut rest = cause;
+    loop {
+        // A short tail ("not found") says too little to count as the same cause.
+        if line.contains(rest) && (rest.len() == cause.len() || rest.len() >= 16) {
+            return true;
+        }
+        match rest.split_once(": ") {
+            Some((label, tail))
+                if label.len() <= 40
+                    && !label.contains(|c: char| c == '/' || c == '.' || c.is_ascii_digit()) =>
+            {
+                rest = tail;
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// How to call this binary in a printed hint: `effect-recon` when that name on the PATH is
+/// this very binary, else the binary's full path, so every printed command line runs as it
+/// is pasted.
+pub fn self_command() -> String {
+    let Ok(me) = std::env::current_exe() else { return "effect-recon".into() };
+    let me = std::fs::canonicalize(&me).unwrap_or(me);
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("effect-recon"))
+            .find(|candidate| candidate.is_file())
+    });
+    match on_path {
+        Some(found) if std::fs::canonicalize(&found).is_ok_and(|found| found == me) => {
+            "effect-recon".into()
+        }
+        _ => me.display().to_string(),
     }
 }
 
@@ -143,9 +207,17 @@ pub fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Parses an instant argument.
+/// Parses an instant argument; a date alone is midnight UTC, and the user is told so.
 pub fn parse_instant_arg(text: &str) -> Result<i64, String> {
-    effect_recon::time::parse_instant(text)
+    let instant = effect_recon::time::parse_instant(text)?;
+    if chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").is_ok() {
+        eprintln!(
+            "note: '{}' is a date alone; read as {} (midnight UTC)",
+            text.trim(),
+            effect_recon::time::format_instant(instant)
+        );
+    }
+    Ok(instant)
 }
 
 /// Engine options shared by the commands that query.
@@ -174,5 +246,42 @@ impl EngineArgs {
             Some(limit) => options.with_memory_limit(limit),
             None => options,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::render_error;
+
+    fn chain(outer: &str, inner: &str) -> anyhow::Error {
+        anyhow::Error::new(std::io::Error::other(inner.to_string())).context(outer.to_string())
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let e = chain(
+            "snapshot /a: No such file or directory (os error 2)",
+            "No such file or directory (os error 2)",
+        );
+        assert_eq!(render_error(&e), "snapshot /a: No such file or directory (os error 2)");
+        let e = chain(
+            "sql: SQL error: ParserError(\"Expected: an SQL statement, found: SELEC at Line: 1, Column: 1\")",
+            "sql parser error: Expected: an SQL statement, found: SELEC at Line: 1, Column: 1",
+        );
+        assert_eq!(
+            render_error(&e),
+            "sql: SQL error: ParserError(\"Expected: an SQL statement, found: SELEC at Line: 1, Column: 1\")"
+        );
+    }
+
+    #[test]
+    fn a_new_cause_is_appended() {
+        assert_eq!(
+            render_error(&chain("--file a.sql", "permission denied")),
+            "--file a.sql: permission denied"
+        );
+        // A cause naming another file is kept even when its tail was said.
+        let e = chain("reading /a: not found", "file /b: not found");
+        assert_eq!(render_error(&e), "reading /a: not found: file /b: not found");
     }
 }

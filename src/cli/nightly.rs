@@ -13,10 +13,12 @@ use super::{parse_instant_arg, Outcome};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Each night's run follows the latest earlier run under root (DESIGN §9).\n\
+#[command(
+    after_help = "Each night's run follows the latest earlier run under root (docs/SEMANTICS.md).\n\
 Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE run (wins over 1).\n\
 A complete snapshot for the same cut is reused (a retry after a failed run does not export again).\n\
-Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks")]
+Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks"
+)]
 pub struct NightlyArgs {
     /// Job config TOML (root, rules, lookback, sources).
     #[arg(long, value_name = "FILE")]

@@ -13,7 +13,7 @@ use super::{parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, O
 /// Reconcile a snapshot and publish `<out>/run=<id>/`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "A run follows the latest complete earlier run under --out (DESIGN §9): its window \
+    after_help = "A run follows the latest complete earlier run under --out (docs/SEMANTICS.md): its window \
 starts at that run's cut, its open findings are judged again (PERSISTING, or closed in the resolved table), \
 its PENDING skips are carried until final.\n\
 Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE (a self-check failed: \

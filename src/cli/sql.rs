@@ -30,22 +30,22 @@ enum Format {
 /// Run read-only SQL over the tables ledger, status_history, receipts, rules and, with
 /// --run, discrepancies, compensation_tasks and skip_verdicts.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Examples:\n  effect-recon sql --snapshot demo/snapshot -c \"SELECT action, count(*) FROM ledger GROUP BY action\"\n  \
-effect-recon sql --snapshot demo/snapshot --run demo/out/run=20261129T160000Z -c \"SELECT * FROM discrepancies LIMIT 10\"\n  \
-effect-recon sql --snapshot demo/snapshot          (interactive: end each statement with ';')"
-)]
+#[command(after_help = "Examples (after ./scripts/demo):\n  \
+effect-recon sql --snapshot fixtures/tiny/snapshot -c \"SELECT action, count(*) FROM ledger GROUP BY action\"\n  \
+effect-recon sql --run demo/recon/run=20261129T160000Z -c \"SELECT * FROM discrepancies LIMIT 10\"\n  \
+effect-recon sql --snapshot fixtures/tiny/snapshot -c \"SELECT count(*) FROM ledger; SELECT count(*) FROM receipts\"\n  \
+effect-recon sql --snapshot fixtures/tiny/snapshot          (interactive: end each statement with ';')")]
 pub struct SqlArgs {
-    /// Snapshot folder (directory, file:// or s3:// URL).
-    #[arg(long, value_name = "DIR|URL")]
-    snapshot: String,
+    /// Snapshot folder (directory, file:// or s3:// URL); default: the one --run judged.
+    #[arg(long, value_name = "DIR|URL", required_unless_present = "run")]
+    snapshot: Option<String>,
     /// A run folder (<out>/run=<id>) whose outputs to register as well.
     #[arg(long, value_name = "DIR|URL")]
     run: Option<String>,
     /// Rules TOML for the `rules` table (default: the embedded fixtures/rules.toml).
     #[arg(long, value_name = "FILE")]
     rules: Option<PathBuf>,
-    /// The statement to run.
+    /// The statements to run; several, separated by ';', run in order, each result labelled.
     #[arg(short = 'c', long = "command", value_name = "SQL", conflicts_with = "file")]
     command: Option<String>,
     /// A file of statements separated by ';'.
@@ -54,7 +54,7 @@ pub struct SqlArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Write the result here instead of standard output (required for parquet).
+    /// Write the result of one statement here instead of standard output (required for parquet).
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
@@ -66,22 +66,51 @@ pub async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
     if args.format == Format::Parquet && args.output.is_none() {
         bail!("--format parquet needs --output FILE");
     }
-    let snapshot = Location::parse(&args.snapshot)?;
-    let run = args.run.as_deref().map(Location::parse).transpose()?;
-    let rules = RuleSet::load(args.rules.as_deref())?;
-    let ctx = explore::open(&snapshot, run.as_ref(), &rules, &args.engine.options()).await?;
-    match (&args.command, &args.file) {
-        (Some(sql), _) => run_statement(&ctx, sql, &args).await?,
+    let statements = match (&args.command, &args.file) {
+        (Some(sql), _) => Some(split_statements(sql)),
         (None, Some(path)) => {
             let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            for statement in split_statements(&text) {
-                run_statement(&ctx, &statement, &args).await?;
+                .with_context(|| format!("--file {}", path.display()))?;
+            Some(split_statements(&text))
+        }
+        (None, None) => None,
+    };
+    if let (Some(statements), Some(path)) = (&statements, &args.output) {
+        if statements.len() > 1 {
+            bail!(
+                "--output {} takes the result of one statement; got {}",
+                path.display(),
+                statements.len()
+            );
+        }
+    }
+    let run = args.run.as_deref().map(Location::parse).transpose()?;
+    let snapshot = match (&args.snapshot, &run) {
+        (Some(snapshot), _) => Location::parse(snapshot)?,
+        (None, Some(run)) => Location::parse(&explore::judged_snapshot(run).await?)?,
+        (None, None) => bail!("--snapshot or --run is required"),
+    };
+    let rules = RuleSet::load(args.rules.as_deref())?;
+    let ctx = explore::open(&snapshot, run.as_ref(), &rules, &args.engine.options()).await?;
+    match statements {
+        Some(statements) => {
+            let label = statements.len() > 1;
+            for (index, statement) in statements.iter().enumerate() {
+                if label {
+                    println!("{}-- {}", if index > 0 { "\n" } else { "" }, one_line(statement));
+                }
+                run_statement(&ctx, statement, &args).await?;
             }
         }
-        (None, None) => interactive(&ctx, &args).await?,
+        None => interactive(&ctx, &args).await?,
     }
     Ok(Outcome::Clean)
+}
+
+/// A statement on one line, for its label.
+fn one_line(statement: &str) -> String {
+    let code = statement.lines().filter(|line| !line.trim_start().starts_with("--"));
+    code.flat_map(str::split_whitespace).collect::<Vec<_>>().join(" ")
 }
 
 async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyhow::Result<()> {
@@ -90,8 +119,11 @@ async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyho
     match &args.output {
         Some(path) => {
             let file = std::fs::File::create(path)
-                .with_context(|| format!("creating {}", path.display()))?;
+                .with_context(|| format!("--output {}", path.display()))?;
             write_batches(file, &batches, args.format)?;
+            let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+            let noun = if rows == 1 { "row" } else { "rows" };
+            eprintln!("wrote {rows} {noun} to {}", path.display());
         }
         None => write_batches(std::io::stdout(), &batches, args.format)?,
     }
@@ -136,15 +168,24 @@ fn write_batches<W: Write + Send>(
     Ok(())
 }
 
-/// Statements end with ';' at the end of a line.
+/// Splits text at each ';' outside quotes and `--` comments.
 fn split_statements(text: &str) -> Vec<String> {
     let mut statements = Vec::new();
     let mut current = String::new();
-    for line in text.lines() {
-        current.push_str(line);
-        current.push('\n');
-        if line.trim_end().ends_with(';') {
-            push_statement(&mut statements, &mut current);
+    let mut quote: Option<char> = None;
+    let mut comment = false;
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        current.push(c);
+        match (quote, comment, c) {
+            (_, true, '\n') => comment = false,
+            (_, true, _) => {}
+            (Some(q), _, c) if c == q => quote = None,
+            (Some(_), _, _) => {}
+            (None, _, '\'' | '"') => quote = Some(c),
+            (None, _, '-') if chars.peek() == Some(&'-') => comment = true,
+            (None, _, ';') => push_statement(&mut statements, &mut current),
+            _ => {}
         }
     }
     push_statement(&mut statements, &mut current);
@@ -187,7 +228,7 @@ async fn interactive(ctx: &SessionContext, args: &SqlArgs) -> anyhow::Result<()>
             push_statement(&mut statements, &mut current);
             for statement in statements {
                 if let Err(e) = run_statement(ctx, &statement, args).await {
-                    eprintln!("error: {e:#}");
+                    eprintln!("error: {}", super::render_error(&e));
                     failed = true;
                 }
             }

@@ -1,4 +1,4 @@
-//! The job config of DESIGN.md §8: where the snapshot and runs go, which rules judge them,
+//! The job config of docs/JOB_CONFIG.md: where the snapshot and runs go, which rules judge them,
 //! and which database queries feed each snapshot table.
 //!
 //! Invariants after [`JobConfig::load`]: every table has at least one source; source names
@@ -166,8 +166,9 @@ impl SourceConfig {
 impl JobConfig {
     /// Reads and validates a job config file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::config(path.display(), format!("cannot read the job config: {e}"))
+        })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse(&text, path, &base)
     }

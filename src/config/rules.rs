@@ -1,4 +1,4 @@
-//! The rules file of DESIGN.md §4: one `[[rule]]` per side effect.
+//! The rules file of docs/CONTRACT.md: one `[[rule]]` per side effect.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -78,8 +78,9 @@ impl RuleSet {
         match path {
             None => Self::default_rules(),
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| Error::Io { path: path.display().to_string(), source: e })?;
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::config(path.display(), format!("cannot read the rules file: {e}"))
+                })?;
                 Self::parse(&text, &path.display().to_string())
             }
         }

@@ -1,5 +1,5 @@
 //! `export`: database sources → contract-typed Arrow batches → a Parquet snapshot on
-//! object_store (DESIGN.md §2–§3, §8). The only module that talks to databases (sqlx).
+//! object_store (docs/CONTRACT.md, docs/JOB_CONFIG.md). The only module that talks to databases (sqlx).
 //!
 //! Per database (sources with the same URL, password variable and timezone):
 //!

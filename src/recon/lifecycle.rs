@@ -1,4 +1,4 @@
-//! Across nights (DESIGN §9): the previous run a run follows, its outputs as session
+//! Across nights (docs/SEMANTICS.md): the previous run a run follows, its outputs as session
 //! tables, the chain's bounds, and the self-checks that keep a broken input from
 //! passing as green.
 //!
@@ -129,7 +129,7 @@ impl PreviousRun {
         let cut = parse_instant(&manifest.cut).map_err(|e| fail(format!("cut: {e}")))?;
         let origin = manifest.origin.as_deref().ok_or_else(|| {
             fail(
-                "its manifest has no origin: a run made before the lifecycle (DESIGN §9) \
+                "its manifest has no origin: a run made before the lifecycle (docs/SEMANTICS.md) \
                   cannot be followed"
                     .into(),
             )
@@ -179,7 +179,7 @@ impl PreviousRun {
                     }
                     Err(_) => {
                         return Err(self.fail(format!(
-                            "{} has no column {} (a run made before the lifecycle of DESIGN §9?)",
+                            "{} has no column {} (a run made before the lifecycle of docs/SEMANTICS.md?)",
                             table.name(),
                             field.name()
                         )))

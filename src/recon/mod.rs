@@ -1,5 +1,5 @@
 //! `run`: a snapshot and a rule set in, discrepancies, compensation tasks, skip verdicts
-//! and resolved findings out (DESIGN.md §5, §6 and, across nights, §9).
+//! and resolved findings out (docs/SEMANTICS.md, docs/OUTPUTS.md).
 //!
 //! The semantics live in the SQL of `sql/`; this module binds the cut and window,
 //! executes the queries in order and hands the results to [`crate::output`].
@@ -58,7 +58,7 @@ pub struct RunPlan {
     pub session: SessionOptions,
     /// Keep the executed physical plans with their metrics.
     pub explain: bool,
-    /// The run this one follows (DESIGN §9).
+    /// The run this one follows (docs/SEMANTICS.md).
     pub previous: PreviousChoice,
     /// How far before the window a late row still makes a NEW finding.
     pub late_horizon: Micros,
@@ -273,7 +273,7 @@ impl Prepared {
         Ok(stats)
     }
 
-    /// The self-checks of DESIGN §9 and the rule check: what makes the run INCOMPLETE.
+    /// The self-checks of docs/SEMANTICS.md and the rule check: what makes the run INCOMPLETE.
     async fn self_check(
         &self,
         ctx: &SessionContext,

@@ -1,4 +1,4 @@
-//! The output tables of DESIGN.md §6 and §9 and their exact Arrow schemas.
+//! The output tables of docs/OUTPUTS.md and their exact Arrow schemas.
 //!
 //! Query results are conformed to these schemas before writing, so every file has the
 //! same types and nullability whatever plan produced it.
@@ -21,7 +21,7 @@ pub enum OutputTable {
     CompensationTasks,
     /// One verdict per SKIPPED ledger row of the window, and per carried PENDING skip.
     SkipVerdicts,
-    /// The previous run's open findings this run closes, and why (DESIGN §9).
+    /// The previous run's open findings this run closes, and why (docs/SEMANTICS.md).
     Resolved,
 }
 

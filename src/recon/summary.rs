@@ -48,7 +48,7 @@ pub struct Summary {
     pub inputs: BTreeMap<String, u64>,
     /// Wall time per stage in milliseconds (the only part that changes between identical runs).
     pub timings_ms: BTreeMap<String, u64>,
-    /// The run this one follows (DESIGN §9), if any.
+    /// The run this one follows (docs/SEMANTICS.md), if any.
     #[serde(default)]
     pub previous_run: Option<String>,
     /// Window start of the chain's first run, RFC 3339.
@@ -243,7 +243,7 @@ pub fn count_findings(
     Ok((findings, verdicts))
 }
 
-/// The lifecycle counts of a run (DESIGN §9).
+/// The lifecycle counts of a run (docs/SEMANTICS.md).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LifecycleCounts {
     /// BREAK findings first seen in this run.

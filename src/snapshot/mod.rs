@@ -1,4 +1,4 @@
-//! The snapshot contract of DESIGN.md §3: layout, manifest, column types.
+//! The snapshot contract of docs/CONTRACT.md: layout, manifest, column types.
 //!
 //! A snapshot is a folder with `manifest.json` (written last), `ledger/`, `status_history/`
 //! and `receipts/<source>/` Parquet files. [`writer`] produces one (used by `gen` and

@@ -54,9 +54,17 @@ impl Snapshot {
     /// Reads and checks `manifest.json`; a folder without one is an incomplete snapshot.
     pub async fn open(location: &Location) -> Result<Self> {
         let err = |message: String| Error::Snapshot { location: location.display(""), message };
-        let bytes = location.read_optional(MANIFEST).await?.ok_or_else(|| {
-            err("no manifest.json: not a snapshot, or an incomplete one (the manifest is written last)".into())
-        })?;
+        let bytes = match location.read_optional(MANIFEST).await {
+            Ok(Some(bytes)) => bytes,
+            missing => {
+                if let Some(problem) = location.not_a_folder().await {
+                    return Err(err(problem.into()));
+                }
+                missing?.ok_or_else(|| {
+                    err("no manifest.json: not a snapshot, or an incomplete one (the manifest is written last)".into())
+                })?
+            }
+        };
         let manifest: SnapshotManifest = serde_json::from_slice(&bytes)
             .map_err(|e| err(format!("manifest.json is not a valid snapshot manifest: {e}")))?;
         if manifest.format != SNAPSHOT_FORMAT {

@@ -41,7 +41,7 @@ impl SnapshotWriter {
         })
     }
 
-    /// Records the lower bound of the rows the snapshot holds (DESIGN §3 `coverage_from`).
+    /// Records the lower bound of the rows the snapshot holds (docs/CONTRACT.md `coverage_from`).
     pub fn set_coverage_from(&mut self, from: Micros) {
         self.coverage_from = Some(from);
     }

@@ -429,7 +429,7 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
     if lifecycle {
         if !manifest.tables.contains_key(RESOLVED) {
             return Err(Error::Mismatch(format!(
-                "{} has no 'resolved' table, but the truth has the lifecycle of DESIGN.md §9",
+                "{} has no 'resolved' table, but the truth has the lifecycle of docs/SEMANTICS.md",
                 folder.display("manifest.json")
             )));
         }

@@ -53,7 +53,7 @@ fn run_on_a_missing_snapshot_exits_2_with_a_clear_message() {
     let (_, stderr) = text(&output);
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        stderr.contains("/nonexistent/snapshot") && stderr.contains("no manifest.json"),
+        stderr.contains("/nonexistent/snapshot") && stderr.contains("does not exist"),
         "{stderr}"
     );
 }

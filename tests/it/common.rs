@@ -136,3 +136,15 @@ pub fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// Says on stderr that the calling test did not run, as
+/// `SKIPPED <module>::<test>: <VAR> not set; <what>`; `scripts/test` collects these lines
+/// into its closing line. Written to stderr directly: the harness captures `eprintln!` of
+/// passing tests, and a test that did not run must be visible in the plain test output.
+pub fn say_skipped(var: &str, what: &str) {
+    use std::io::Write;
+    // libtest runs each test on a thread named after it.
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {var} not set; {what}");
+}

@@ -401,13 +401,7 @@ fn env_url(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            // Written to stderr directly: the harness captures eprintln! of passing tests,
-            // and a skipped database test must be visible in the plain test output.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {var} not set; this database test was NOT run"
-            );
+            super::common::say_skipped(var, "this database test was NOT run");
             None
         }
     }

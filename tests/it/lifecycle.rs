@@ -1,4 +1,4 @@
-//! Across nights (DESIGN §9) through `run` itself: chained runs on the tiny fixture, the
+//! Across nights (docs/SEMANTICS.md) through `run` itself: chained runs on the tiny fixture, the
 //! previous run found by default, overlapping windows, byte-identical reruns, the
 //! self-checks that make a run INCOMPLETE, refused previous runs, and `history`.
 

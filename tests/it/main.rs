@@ -6,9 +6,12 @@
 //! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
 //! * `bad_input`    — every kind of bad input gets its own clear error and no manifest.
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
+//! * `messages`     — what a new user sees: one cause once, naming the argument; every
+//!   `--help` example runs against the tiny fixture.
+//! * `links`        — README.md and docs/ have no dead links in a fresh clone.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
-//! * `lifecycle`    — across nights (DESIGN §9) through `run`: chains, overlapping windows,
+//! * `lifecycle`    — across nights (docs/SEMANTICS.md) through `run`: chains, overlapping windows,
 //!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
 //! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
 //!   finding (§9), and chained runs equal to every night's truth.
@@ -28,6 +31,8 @@ mod export;
 mod fixture;
 mod gen;
 mod lifecycle;
+mod links;
+mod messages;
 mod nights;
 mod publish;
 mod s3;

@@ -1,5 +1,5 @@
 //! `gen --nights`: several snapshots of one continuing world, deterministic for a seed,
-//! whose truths follow DESIGN.md §9 (no open finding is ever dropped); and, end to end,
+//! whose truths follow docs/SEMANTICS.md (no open finding is ever dropped); and, end to end,
 //! `run` chained night after night equals those truths exactly.
 
 use std::collections::{BTreeMap, BTreeSet};

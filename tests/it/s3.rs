@@ -16,12 +16,7 @@ use super::common::plan;
 #[tokio::test]
 async fn gen_run_verify_through_an_s3_bucket() {
     let Ok(bucket) = std::env::var("EFFECT_RECON_TEST_S3_BUCKET") else {
-        // Straight to stderr: the harness captures eprintln! of passing tests.
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: EFFECT_RECON_TEST_S3_BUCKET not set; the S3 test was NOT run"
-        );
+        super::common::say_skipped("EFFECT_RECON_TEST_S3_BUCKET", "the S3 test was NOT run");
         return;
     };
     let prefix = format!(
