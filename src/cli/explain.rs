@@ -18,7 +18,7 @@ enum Format {
 /// findings, skip verdicts and tasks about it; reorders spelled out.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Example:\n  effect-recon explain --snapshot fixtures/tiny/snapshot --run /tmp/r/run=20261129T160000Z --order 8821"
+    after_help = "Example:\n  effect-recon explain --snapshot fixtures/tiny/snapshot --run /tmp/recon-tiny/run=20261129T160000Z --order 8821"
 )]
 pub struct ExplainArgs {
     /// Snapshot folder (directory, file:// or s3:// URL).

@@ -19,7 +19,7 @@ its PENDING skips are carried until final.\n\
 Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE (a self-check failed: \
 an empty table, a vanished receipts source, a table that shrank past --max-drop, a snapshot that does not \
 reach back far enough; 3 wins over 1).\n\
-Example:\n  effect-recon run --snapshot fixtures/tiny/snapshot --out /tmp/recon --fail-on-breaks"
+Example:\n  effect-recon run --snapshot fixtures/tiny/snapshot --out /tmp/recon-tiny --fail-on-breaks"
 )]
 pub struct RunArgs {
     /// Snapshot folder: a directory, file:// or s3:// URL holding manifest.json.

@@ -295,10 +295,9 @@ fn cannot_run(line: &str) -> Option<&'static str> {
         Some("a production path or a placeholder")
     } else if line.contains("(interactive") {
         Some("interactive")
-    } else if line.contains("fixtures/snapshot") && line.starts_with("effect-recon run ") {
-        // src/cli/run.rs is being reworked for the lifecycle across nights; its example
-        // is corrected there (it should read fixtures/tiny/snapshot).
-        Some("run's example is fixed with the lifecycle change")
+    } else if line.contains('$') || line.contains("verify --nights") {
+        // A shell loop runs each night (tests/it/nights.rs runs that chain end to end).
+        Some("a shell loop over the nights")
     } else {
         None
     }
