@@ -14,56 +14,114 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// A rules file or job config that cannot be used.
     #[error("config {path}: {message}")]
-    Config { path: String, message: String },
+    Config {
+        /// The file or path concerned.
+        path: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// A command-line value that makes no sense (bad timestamp, `--since` after the cut, ...).
     #[error("invalid argument {name}: {message}")]
-    Argument { name: &'static str, message: String },
+    Argument {
+        /// The argument, e.g. `--since`.
+        name: &'static str,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// The snapshot as a whole is unusable (no manifest, wrong format, ...).
     #[error("snapshot {location}: {message}")]
-    Snapshot { location: String, message: String },
+    Snapshot {
+        /// The location concerned.
+        location: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// One file of a snapshot is missing, unreadable or has the wrong shape.
     #[error("snapshot file {file}: {message}")]
-    SnapshotFile { file: String, message: String },
+    SnapshotFile {
+        /// The file concerned.
+        file: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// A column of a snapshot file breaks the contract (type, NULLs, duplicates).
     #[error("snapshot file {file}, column {column}: {message}")]
-    Column { file: String, column: String, message: String },
+    Column {
+        /// The file concerned.
+        file: String,
+        /// The column concerned.
+        column: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// A location (directory, `file://` or `s3://` URL) that cannot be used.
     #[error("location {location}: {message}")]
-    Location { location: String, message: String },
+    Location {
+        /// The location concerned.
+        location: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// The previous run a run follows (`--previous`) cannot be used.
     #[error("previous run {location}: {message}")]
-    PreviousRun { location: String, message: String },
+    PreviousRun {
+        /// The location concerned.
+        location: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// Writing or publishing outputs failed.
     #[error("output {location}: {message}")]
-    Output { location: String, message: String },
+    Output {
+        /// The location concerned.
+        location: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// A database source of the exporter failed; never carries the password.
     #[error("source {source_name} ({table}): {message}")]
-    Source { source_name: String, table: String, message: String },
+    Source {
+        /// The source's name in the job config.
+        source_name: String,
+        /// The table concerned.
+        table: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// The query engine failed; `context` says which query or step.
     #[error("{context}: {source}")]
     Query {
+        /// The query or step that failed.
         context: String,
+        /// The underlying error.
         #[source]
         source: Box<datafusion::error::DataFusionError>,
     },
 
     /// The engine ran out of the memory `--memory-limit` grants.
     #[error("{context}: out of memory under --memory-limit: {message}\nhint: raise --memory-limit (e.g. 4GiB), or lower --target-partitions so fewer operators hold memory at once")]
-    MemoryLimit { context: String, message: String },
+    MemoryLimit {
+        /// The query or step that failed.
+        context: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// Object store access failed.
     #[error("object store {location}: {source}")]
     ObjectStore {
+        /// The location concerned.
         location: String,
+        /// The underlying error.
         #[source]
         source: Box<object_store::Error>,
     },
@@ -71,23 +129,38 @@ pub enum Error {
     /// Local I/O failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file or path concerned.
         path: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
 
     /// A broken invariant of effect-recon itself (a bug, not bad input).
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(
+        /// What invariant broke.
+        String,
+    ),
 
     /// A tool writing back into a team database (`publish`, `reopen`) failed; `table` is the
     /// database table concerned. Never carries the password.
     #[error("{tool} {table}: {message}")]
-    Database { tool: &'static str, table: String, message: String },
+    Database {
+        /// `publish` or `reopen`.
+        tool: &'static str,
+        /// The table concerned.
+        table: String,
+        /// What is wrong, in words.
+        message: String,
+    },
 
     /// A ground-truth check found differences (verify).
     #[error("{0}")]
-    Mismatch(String),
+    Mismatch(
+        /// The differences, summarised.
+        String,
+    ),
 }
 
 impl Error {

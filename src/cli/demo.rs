@@ -35,7 +35,7 @@ const DEMO_JOB: &str = include_str!("../../fixtures/demo/job.toml");
 Example:
   effect-recon demo --orders 100000 --dir ./demo"
 )]
-pub struct DemoArgs {
+pub(super) struct DemoArgs {
     /// Orders in the generated day.
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     orders: u64,
@@ -61,7 +61,7 @@ struct DemoDirs {
 }
 
 /// Runs `effect-recon demo`.
-pub async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
     if args.nights > 1 {
         return execute_nights(args).await;
     }

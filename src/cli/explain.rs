@@ -20,7 +20,7 @@ enum Format {
 #[command(
     after_help = "Example:\n  effect-recon explain --snapshot fixtures/tiny/snapshot --run /tmp/recon-tiny/run=20261129T160000Z --order 8821"
 )]
-pub struct ExplainArgs {
+pub(super) struct ExplainArgs {
     /// Snapshot folder (directory, file:// or s3:// URL).
     #[arg(long, value_name = "DIR|URL")]
     snapshot: String,
@@ -36,7 +36,7 @@ pub struct ExplainArgs {
 }
 
 /// Runs `effect-recon explain`.
-pub async fn execute(args: ExplainArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: ExplainArgs) -> anyhow::Result<Outcome> {
     let snapshot = Location::parse(&args.snapshot)?;
     let run = args.run.as_deref().map(Location::parse).transpose()?;
     let story = timeline::explain(&snapshot, run.as_ref(), args.order).await?;

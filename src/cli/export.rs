@@ -15,7 +15,7 @@ use super::{parse_instant_arg, Outcome};
 #[command(after_help = "Exit codes: 0 ok, 2 error (no manifest.json is written).\n\
 Passwords come only from each source's password_env variable.\n\
 Example:\n  FULFILMENT_DB_PASSWORD=... effect-recon export --config job.toml --out s3://recon/snapshot=20261129T160000Z")]
-pub struct ExportArgs {
+pub(super) struct ExportArgs {
     /// Job config TOML (sources, lookback, [export] settings).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
@@ -31,13 +31,13 @@ pub struct ExportArgs {
 }
 
 /// Now, truncated to the second.
-pub fn default_cut() -> Micros {
+pub(super) fn default_cut() -> Micros {
     let now = chrono::Utc::now().timestamp();
     now * 1_000_000
 }
 
 /// Runs `effect-recon export`.
-pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
     let plan = ExportPlan {
         job: JobConfig::load(&args.config)?,
         out: Location::parse(&args.out)?,
@@ -64,7 +64,7 @@ pub async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
     after_help = "Creates the tables of sql/schema/<driver>.sql if missing, then inserts every row.\n\
 Example:\n  effect-recon load --snapshot fixtures/tiny/snapshot --url sqlite:///tmp/day.db"
 )]
-pub struct LoadArgs {
+pub(super) struct LoadArgs {
     /// Snapshot folder to read: a directory, file:// or s3:// URL holding manifest.json.
     #[arg(long, value_name = "DIR|URL")]
     snapshot: String,
@@ -80,7 +80,7 @@ pub struct LoadArgs {
 }
 
 /// Runs `effect-recon load`.
-pub async fn execute_load(args: LoadArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute_load(args: LoadArgs) -> anyhow::Result<Outcome> {
     let offset = effect_recon::config::job::parse_offset(&args.timezone)
         .map_err(|m| effect_recon::Error::argument("--timezone", m))?;
     let options = export::load::LoadOptions {

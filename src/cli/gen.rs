@@ -19,7 +19,7 @@ effect-recon gen --nights 4 --out /tmp/nights --orders 5000 --seed 7\n  \
 for s in /tmp/nights/snapshot=*; do effect-recon run --snapshot $s --out /tmp/runs; done\n  \
 effect-recon verify --nights /tmp/nights --runs /tmp/runs"
 )]
-pub struct GenArgs {
+pub(super) struct GenArgs {
     /// Snapshot folder to write (a directory, file:// or s3:// URL); with --nights, the
     /// root that snapshot=<cut>/ folders are written under.
     #[arg(long, value_name = "DIR|URL")]
@@ -138,7 +138,7 @@ impl GenArgs {
 }
 
 /// Runs `effect-recon gen`.
-pub async fn execute(args: GenArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: GenArgs) -> anyhow::Result<Outcome> {
     if let Some(count) = args.nights {
         let mut plan = NightsPlan::new(args.plan()?, count);
         (plan.lookback, plan.late_horizon, plan.max_age) =

@@ -7,7 +7,7 @@ use super::Outcome;
 
 /// How `history` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum HistoryFormat {
+pub(super) enum HistoryFormat {
     /// An aligned table for the terminal.
     Table,
     /// CSV with a header.
@@ -20,7 +20,7 @@ pub enum HistoryFormat {
 /// resolution, open backlog and its oldest break. Reads only manifests and summaries.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Example:\n  effect-recon history --out /var/lib/effect-recon --format csv")]
-pub struct HistoryArgs {
+pub(super) struct HistoryArgs {
     /// The output root holding run=<id>/ folders: a directory, file:// or s3:// URL.
     #[arg(long, value_name = "DIR|URL")]
     out: String,
@@ -30,7 +30,7 @@ pub struct HistoryArgs {
 }
 
 /// Runs `effect-recon history`.
-pub async fn execute(args: HistoryArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: HistoryArgs) -> anyhow::Result<Outcome> {
     let out = Location::parse(&args.out)?;
     let lines = history::read(&out).await?;
     if lines.is_empty() && args.format == HistoryFormat::Table {

@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 /// happened, or happened twice or without cause, and lists how to compensate them.
 #[derive(Debug, Parser)]
 #[command(name = "effect-recon", version, about, long_about = None)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -57,7 +57,7 @@ enum Command {
 
 /// How a successful command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Nothing to report: exit 0.
     Clean,
     /// BREAK findings exist and the user asked to fail on them: exit 1.
@@ -68,7 +68,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// The process exit code.
-    pub fn exit_code(self) -> ExitCode {
+    pub(crate) fn exit_code(self) -> ExitCode {
         match self {
             Outcome::Clean => ExitCode::SUCCESS,
             Outcome::Breaks => ExitCode::from(1),
@@ -77,7 +77,10 @@ impl Outcome {
     }
 
     /// The outcome of a published run: INCOMPLETE wins over BREAK findings.
-    pub fn of_run(summary: &effect_recon::recon::summary::Summary, fail_on_breaks: bool) -> Self {
+    pub(crate) fn of_run(
+        summary: &effect_recon::recon::summary::Summary,
+        fail_on_breaks: bool,
+    ) -> Self {
         use effect_recon::recon::lifecycle::RunStatus;
         if summary.status == RunStatus::Incomplete {
             eprintln!(
@@ -96,7 +99,7 @@ impl Outcome {
 }
 
 /// Runs the parsed command.
-pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
+pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::execute(args).await,
         Command::Sql(args) => sql::execute(args).await,
@@ -119,7 +122,7 @@ pub async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
 /// object_store's errors already include their source's text in their own message, so a
 /// plain `{:#}` prints the same cause two to four times. A cause whose text is already in
 /// the line is left out.
-pub fn render_error(error: &anyhow::Error) -> String {
+pub(crate) fn render_error(error: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in error.chain() {
         let text = cause.to_string();
@@ -160,7 +163,7 @@ fn said(line: &str, cause: &str) -> bool {
 /// How to call this binary in a printed hint: `effect-recon` when that name on the PATH is
 /// this very binary, else the binary's full path, so every printed command line runs as it
 /// is pasted.
-pub fn self_command() -> String {
+pub(crate) fn self_command() -> String {
     let Ok(me) = std::env::current_exe() else { return "effect-recon".into() };
     let me = std::fs::canonicalize(&me).unwrap_or(me);
     let on_path = std::env::var_os("PATH").and_then(|paths| {
@@ -177,7 +180,7 @@ pub fn self_command() -> String {
 }
 
 /// Parses sizes such as `2GiB`, `512MiB`, `1G`, `300M`, `1048576`.
-pub fn parse_size(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(text: &str) -> Result<usize, String> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
@@ -195,12 +198,12 @@ pub fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 /// Parses a duration argument (`2d`, `1h 30m`).
-pub fn parse_duration_arg(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_duration_arg(text: &str) -> Result<i64, String> {
     effect_recon::time::parse_duration(text)
 }
 
 /// Parses a fraction in [0, 1].
-pub fn parse_fraction(text: &str) -> Result<f64, String> {
+pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
         _ => Err(format!("'{text}' is not a fraction between 0 and 1 (e.g. 0.5)")),
@@ -208,7 +211,7 @@ pub fn parse_fraction(text: &str) -> Result<f64, String> {
 }
 
 /// Parses an instant argument; a date alone is midnight UTC, and the user is told so.
-pub fn parse_instant_arg(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_instant_arg(text: &str) -> Result<i64, String> {
     let instant = effect_recon::time::parse_instant(text)?;
     if chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").is_ok() {
         eprintln!(
@@ -222,7 +225,7 @@ pub fn parse_instant_arg(text: &str) -> Result<i64, String> {
 
 /// Engine options shared by the commands that query.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EngineArgs {
+pub(crate) struct EngineArgs {
     /// Query parallelism (default: the number of cores).
     #[arg(long, value_name = "N")]
     pub target_partitions: Option<usize>,
@@ -236,7 +239,7 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     /// The library's session options.
-    pub fn options(&self) -> effect_recon::session::SessionOptions {
+    pub(crate) fn options(&self) -> effect_recon::session::SessionOptions {
         let mut options = effect_recon::session::SessionOptions::default();
         if let Some(n) = self.target_partitions {
             options.target_partitions = n;

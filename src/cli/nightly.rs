@@ -19,7 +19,7 @@ Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE 
 A complete snapshot for the same cut is reused (a retry after a failed run does not export again).\n\
 Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks"
 )]
-pub struct NightlyArgs {
+pub(super) struct NightlyArgs {
     /// Job config TOML (root, rules, lookback, sources).
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
@@ -38,7 +38,7 @@ pub struct NightlyArgs {
 }
 
 /// Runs `effect-recon nightly`.
-pub async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
     let plan = NightlyPlan {
         job: JobConfig::load(&args.config)?,
         cut: args.cut.unwrap_or_else(default_cut),

@@ -13,7 +13,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How much a command shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Detail {
+pub(super) enum Detail {
     /// Every stage line and the per-source export progress.
     All,
     /// Stage lines of the command itself, but neither per-source rows nor run stages
@@ -24,7 +24,7 @@ pub enum Detail {
 }
 
 /// Events rendered on stderr, each line starting with `prefix` (`nightly: `, or nothing).
-pub fn stderr(prefix: &'static str, detail: Detail) -> Events {
+pub(super) fn stderr(prefix: &'static str, detail: Detail) -> Events {
     let renderer = Renderer::new(prefix, detail);
     Events::new(move |event| renderer.show(event))
 }
@@ -127,7 +127,7 @@ impl Renderer {
 }
 
 /// The line an event is shown as.
-pub fn describe(event: &Event) -> String {
+pub(super) fn describe(event: &Event) -> String {
     match event {
         Event::ExportRows { label, rows, elapsed } => {
             format!("export {label}: {} rows, {} rows/s", group(*rows), group(rate(*rows, *elapsed)))

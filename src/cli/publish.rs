@@ -16,7 +16,7 @@ table names. DONE is never set back to OPEN. Passwords come only from --password
 Example:\n  TASKS_DB_PASSWORD=... effect-recon publish --run /var/lib/recon/run=20261129T160000Z \\\n    \
 --to mysql://recon_writer@db1:3306/ops --password-env TASKS_DB_PASSWORD --create"
 )]
-pub struct PublishArgs {
+pub(super) struct PublishArgs {
     /// The run folder (<out>/run=<id>, holding manifest.json): a directory, file:// or s3:// URL.
     #[arg(long, value_name = "DIR|URL")]
     run: String,
@@ -44,7 +44,7 @@ pub struct PublishArgs {
 }
 
 /// Runs `effect-recon publish`.
-pub async fn execute(args: PublishArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: PublishArgs) -> anyhow::Result<Outcome> {
     let plan = PublishPlan {
         run: Location::parse(&args.run)?,
         target: WriteTarget::new("publish", &args.to, args.password_env.as_deref())?,

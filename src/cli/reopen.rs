@@ -25,7 +25,7 @@ Examples:\n  effect-recon reopen --run /var/lib/recon/run=20261129T160000Z --led
 effect-recon reopen --run ... --ledger ... --apply --create --by alice --republish /tmp/replay.jsonl\n  \
 effect-recon reopen --undo reopen-20261130T081500Z-3f2a --ledger ... --apply"
 )]
-pub struct ReopenArgs {
+pub(super) struct ReopenArgs {
     /// The run folder whose tasks' reopen_msg_id are reopened.
     #[arg(long, value_name = "DIR|URL", required_unless_present = "undo")]
     run: Option<String>,
@@ -73,7 +73,7 @@ pub struct ReopenArgs {
 }
 
 /// Runs `effect-recon reopen`.
-pub async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
     let mode = match (&args.run, &args.undo) {
         (Some(run), None) => ReopenMode::Revoke { run: Location::parse(run)? },
         (None, Some(id)) => ReopenMode::Undo { id: id.clone() },

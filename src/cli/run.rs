@@ -21,7 +21,7 @@ an empty table, a vanished receipts source, a table that shrank past --max-drop,
 reach back far enough; 3 wins over 1).\n\
 Example:\n  effect-recon run --snapshot fixtures/tiny/snapshot --out /tmp/recon-tiny --fail-on-breaks"
 )]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// Snapshot folder: a directory, file:// or s3:// URL holding manifest.json.
     #[arg(long, value_name = "DIR|URL")]
     snapshot: String,
@@ -101,7 +101,7 @@ impl RunArgs {
 }
 
 /// Runs `effect-recon run`.
-pub async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
     let plan = args.plan()?;
     let detail = if args.quiet { Detail::Warnings } else { Detail::All };
     let report = recon::run(&plan, &progress::stderr("", detail)).await?;

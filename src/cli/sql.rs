@@ -35,7 +35,7 @@ effect-recon sql --snapshot fixtures/tiny/snapshot -c \"SELECT action, count(*) 
 effect-recon sql --run demo/recon/run=20261129T160000Z -c \"SELECT * FROM discrepancies LIMIT 10\"\n  \
 effect-recon sql --snapshot fixtures/tiny/snapshot -c \"SELECT count(*) FROM ledger; SELECT count(*) FROM receipts\"\n  \
 effect-recon sql --snapshot fixtures/tiny/snapshot          (interactive: end each statement with ';')")]
-pub struct SqlArgs {
+pub(super) struct SqlArgs {
     /// Snapshot folder (directory, file:// or s3:// URL); default: the one --run judged.
     #[arg(long, value_name = "DIR|URL", required_unless_present = "run")]
     snapshot: Option<String>,
@@ -62,7 +62,7 @@ pub struct SqlArgs {
 }
 
 /// Runs `effect-recon sql`.
-pub async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
     if args.format == Format::Parquet && args.output.is_none() {
         bail!("--format parquet needs --output FILE");
     }

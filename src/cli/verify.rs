@@ -13,7 +13,7 @@ use super::Outcome;
 #[command(after_help = "Exit codes: 0 the run equals the truth, 2 any mismatch or error.\n\
 Examples:\n  effect-recon verify --truth /tmp/snap/truth.parquet --run /tmp/recon/run=20261129T160000Z\n  \
 effect-recon verify --nights /tmp/nights --runs /tmp/runs")]
-pub struct VerifyArgs {
+pub(super) struct VerifyArgs {
     /// The truth file written by gen (<snapshot>/truth.parquet).
     #[arg(
         long,
@@ -35,7 +35,7 @@ pub struct VerifyArgs {
 }
 
 /// Runs `effect-recon verify`.
-pub async fn execute(args: VerifyArgs) -> anyhow::Result<Outcome> {
+pub(super) async fn execute(args: VerifyArgs) -> anyhow::Result<Outcome> {
     if let (Some(root), Some(runs)) = (&args.nights, &args.runs) {
         let report =
             verify::verify_nights(&Location::parse(root)?, &Location::parse(runs)?).await?;

@@ -13,20 +13,20 @@ use effect_recon::storage::Location;
 use effect_recon::time::parse_instant;
 
 /// The cut of the tiny fixture.
-pub const TINY_CUT: &str = "2026-11-29T16:00:00Z";
+pub(crate) const TINY_CUT: &str = "2026-11-29T16:00:00Z";
 
 /// A path inside the repository.
-pub fn repo(relative: &str) -> PathBuf {
+pub(crate) fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
 }
 
 /// The committed tiny snapshot.
-pub fn tiny_snapshot() -> Location {
+pub(crate) fn tiny_snapshot() -> Location {
     Location::parse(repo("fixtures/tiny/snapshot").to_str().unwrap()).unwrap()
 }
 
 /// A location in a fresh temporary directory (kept alive by the returned guard).
-pub fn temp_location() -> (tempfile::TempDir, Location) {
+pub(crate) fn temp_location() -> (tempfile::TempDir, Location) {
     let dir = tempfile::tempdir().unwrap();
     let location = Location::parse(dir.path().to_str().unwrap()).unwrap();
     (dir, location)
@@ -34,7 +34,7 @@ pub fn temp_location() -> (tempfile::TempDir, Location) {
 
 /// Builds a snapshot at `out` from the CSV files of `csv_dir` (`ledger.csv`,
 /// `status_history.csv`, `receipts_<source>.csv`), through the same writer as gen/export.
-pub async fn snapshot_from_csv(csv_dir: &Path, out: &Location, cut: &str) {
+pub(crate) async fn snapshot_from_csv(csv_dir: &Path, out: &Location, cut: &str) {
     let mut writer =
         SnapshotWriter::create(out, parse_instant(cut).unwrap(), "tests").await.unwrap();
     let mut entries: Vec<_> =
@@ -61,14 +61,14 @@ pub async fn snapshot_from_csv(csv_dir: &Path, out: &Location, cut: &str) {
 }
 
 /// Reads a contract CSV (empty field = NULL).
-pub fn read_csv(path: &Path, table: Table) -> Vec<RecordBatch> {
+pub(crate) fn read_csv(path: &Path, table: Table) -> Vec<RecordBatch> {
     let file = std::fs::File::open(path).unwrap();
     let reader = ReaderBuilder::new(table.schema()).with_header(true).build(file).unwrap();
     reader.map(|b| b.unwrap()).collect()
 }
 
 /// A run plan over `snapshot` into `out` with defaults.
-pub fn plan(snapshot: &Location, out: &Location) -> RunPlan {
+pub(crate) fn plan(snapshot: &Location, out: &Location) -> RunPlan {
     let mut plan = RunPlan::new(snapshot.clone(), out.clone(), RuleSet::default_rules().unwrap());
     plan.session =
         SessionOptions { target_partitions: 2, batch_size: 8192, ..SessionOptions::default() };
@@ -76,12 +76,12 @@ pub fn plan(snapshot: &Location, out: &Location) -> RunPlan {
 }
 
 /// Runs a plan, discarding progress.
-pub async fn run(plan: &RunPlan) -> effect_recon::Result<RunReport> {
+pub(crate) async fn run(plan: &RunPlan) -> effect_recon::Result<RunReport> {
     recon::run(plan, &effect_recon::events::Events::none()).await
 }
 
 /// Reads every Parquet file of one output table of a run folder, in file order.
-pub fn read_output(run_folder: &Path, table: &str) -> Vec<RecordBatch> {
+pub(crate) fn read_output(run_folder: &Path, table: &str) -> Vec<RecordBatch> {
     let mut files: Vec<_> =
         std::fs::read_dir(run_folder.join(table)).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
@@ -94,7 +94,7 @@ pub fn read_output(run_folder: &Path, table: &str) -> Vec<RecordBatch> {
 }
 
 /// Formats batches as a pipe-separated table with a header (NULL = empty field).
-pub fn psv(batches: &[RecordBatch]) -> String {
+pub(crate) fn psv(batches: &[RecordBatch]) -> String {
     let Some(first) = batches.first() else { return String::new() };
     let schema = first.schema();
     let mut out: String =
@@ -117,7 +117,7 @@ pub fn psv(batches: &[RecordBatch]) -> String {
 }
 
 /// Every file under `dir` with its bytes, by relative path.
-pub fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
@@ -141,7 +141,7 @@ pub fn tree_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
 /// `SKIPPED <module>::<test>: <VAR> not set; <what>`; `scripts/test` collects these lines
 /// into its closing line. Written to stderr directly: the harness captures `eprintln!` of
 /// passing tests, and a test that did not run must be visible in the plain test output.
-pub fn say_skipped(var: &str, what: &str) {
+pub(crate) fn say_skipped(var: &str, what: &str) {
     use std::io::Write;
     // libtest runs each test on a thread named after it.
     let thread = std::thread::current();
