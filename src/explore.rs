@@ -12,7 +12,7 @@ use datafusion::prelude::{DataFrame, SessionContext};
 
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
-use crate::output::read_run_manifest;
+use crate::recon::publish::read_run_manifest;
 use crate::recon::rules_table;
 use crate::session::{self, SessionOptions};
 use crate::snapshot::Snapshot;
@@ -45,7 +45,7 @@ pub async fn judged_snapshot(folder: &Location) -> Result<String> {
 
 /// A run's manifest; a folder that does not exist (or is a file) is named as such rather
 /// than as one without a manifest.
-async fn run_manifest(folder: &Location) -> Result<crate::output::RunManifest> {
+async fn run_manifest(folder: &Location) -> Result<crate::recon::publish::RunManifest> {
     match read_run_manifest(folder).await {
         Ok(manifest) => Ok(manifest),
         Err(e) => match folder.not_a_folder().await {

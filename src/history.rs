@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::output::{read_run_manifest, SUMMARY};
+use crate::recon::publish::{read_run_manifest, SUMMARY};
 use crate::recon::summary::Summary;
 use crate::storage::Location;
 use crate::time::parse_instant;

@@ -16,8 +16,8 @@
 //! * [`session`] — the one place a DataFusion session is built.
 //! * [`queries`] — the SQL of `sql/`, embedded; nothing else holds SQL.
 //! * [`udf`] — the SQL functions of our own (`key_hash`).
-//! * [`recon`] — `run`: the reconciliation and its outputs.
-//! * [`output`] — atomic publishing of a run (files first, manifest last).
+//! * [`recon`] — `run`: the reconciliation, its outputs and their atomic publishing
+//!   ([`recon::publish`]: files first, manifest last).
 //! * [`run_outputs`] — a finished run's outputs read back as typed rows (publish, reopen, explain).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
 //! * [`timeline`] — `explain`: one order's story in time order, reorders in words.
@@ -40,7 +40,7 @@ pub mod explore;
 pub mod export;
 pub mod history;
 pub mod nightly;
-pub mod output;
+
 pub mod parquet_parts;
 pub mod queries;
 pub mod recon;

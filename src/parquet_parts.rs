@@ -14,8 +14,19 @@ use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties}
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::snapshot::FileEntry;
 use crate::storage::Location;
+use serde::{Deserialize, Serialize};
+
+/// One listed file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileEntry {
+    /// Path relative to the folder the manifest is in.
+    pub path: String,
+    /// Number of rows.
+    pub rows: u64,
+    /// Hex SHA-256 of the file's bytes.
+    pub sha256: String,
+}
 
 /// Rows per row group: small enough for statistics to prune by `order_id`, large enough to scan fast.
 pub const ROW_GROUP_ROWS: usize = 128 * 1024;

@@ -15,8 +15,8 @@ use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, TimeUnit};
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, Result};
-use crate::output::{read_run_manifest, RunManifest};
 use crate::recon::lifecycle::RunStatus;
+use crate::recon::publish::{read_run_manifest, RunManifest};
 use crate::storage::Location;
 use crate::time::{parse_instant, Micros};
 

@@ -9,7 +9,7 @@ use effect_recon::config::JobConfig;
 use effect_recon::export::load::{load_snapshot, LoadOptions};
 use effect_recon::history;
 use effect_recon::nightly::{nightly, NightlyPlan, NightlyReport};
-use effect_recon::output::run_folder;
+use effect_recon::recon::publish::run_folder;
 use effect_recon::session::SessionOptions;
 use effect_recon::storage::Location;
 use effect_recon::time::format_elapsed;

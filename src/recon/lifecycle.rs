@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::outputs::OutputTable;
 use super::summary::Summary;
 use crate::error::{Error, Result};
-use crate::output::{read_run_manifest, RunManifest, SUMMARY};
+use crate::recon::publish::{read_run_manifest, RunManifest, SUMMARY};
 use crate::snapshot::SnapshotStats;
 use crate::storage::Location;
 use crate::time::{format_instant, parse_instant, Micros};

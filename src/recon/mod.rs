@@ -2,10 +2,11 @@
 //! and resolved findings out (docs/SEMANTICS.md, docs/OUTPUTS.md).
 //!
 //! The semantics live in the SQL of `sql/`; this module binds the cut and window,
-//! executes the queries in order and hands the results to [`crate::output`].
+//! executes the queries in order and hands the results to [`publish`].
 
 pub mod lifecycle;
 pub mod outputs;
+pub mod publish;
 pub mod rule_check;
 pub mod rules_table;
 pub mod summary;
@@ -26,8 +27,8 @@ use datafusion::prelude::SessionContext;
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
 use crate::events::{Event, Events};
-use crate::output::{RunIdentity, RunManifest, RunPublisher};
 use crate::queries::{self, Param, Query};
+use crate::recon::publish::{RunIdentity, RunManifest, RunPublisher};
 use crate::session::{self, SessionOptions};
 use crate::snapshot::{Snapshot, SnapshotStats, UTC};
 use crate::storage::Location;

@@ -8,6 +8,7 @@
 pub mod reader;
 pub mod writer;
 
+pub use crate::parquet_parts::FileEntry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -199,15 +200,4 @@ pub struct SnapshotManifest {
 pub struct TableFiles {
     /// Files, relative to the snapshot folder.
     pub files: Vec<FileEntry>,
-}
-
-/// One listed file.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct FileEntry {
-    /// Path relative to the folder the manifest is in.
-    pub path: String,
-    /// Number of rows.
-    pub rows: u64,
-    /// Hex SHA-256 of the file's bytes.
-    pub sha256: String,
 }

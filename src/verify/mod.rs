@@ -22,8 +22,8 @@ mod nights;
 pub use nights::{verify_nights, NightVerified, NightsVerifyReport};
 
 use crate::error::{Error, Result};
-use crate::output::{read_run_manifest, RunManifest};
 use crate::recon::lifecycle::RunStatus;
+use crate::recon::publish::{read_run_manifest, RunManifest};
 use crate::storage::Location;
 use crate::workload::night_truth::{META_ORIGIN, META_PREVIOUS_RUN, RESOLVED};
 use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};

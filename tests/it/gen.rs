@@ -9,7 +9,7 @@ use effect_recon::config::RuleSet;
 use effect_recon::datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use effect_recon::datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use effect_recon::output::{read_run_manifest, run_folder};
+use effect_recon::recon::publish::{read_run_manifest, run_folder};
 use effect_recon::recon::{self, RunReport};
 use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};

@@ -21,7 +21,7 @@ use effect_recon::export::db::WriteTarget;
 use effect_recon::export::load::{self, LoadOptions};
 use effect_recon::export::publish::{self, PublishPlan, PublishReport};
 use effect_recon::export::reopen::{self, ItemStatus, ReopenMode, ReopenPlan, ReopenReport};
-use effect_recon::output::RunManifest;
+use effect_recon::recon::publish::RunManifest;
 use effect_recon::snapshot::{FileEntry, TableFiles};
 use effect_recon::storage::Location;
 use sqlx::Connection;
@@ -132,7 +132,7 @@ fn later_run(out: &Path, first: &Path) -> Location {
         tables.insert(name.to_string(), TableFiles { files: vec![entry] });
     }
     let manifest = RunManifest {
-        format: effect_recon::output::RUN_FORMAT.into(),
+        format: effect_recon::recon::publish::RUN_FORMAT.into(),
         run_id: LATER_RUN.into(),
         cut: LATER_CUT.into(),
         since: common::TINY_CUT.into(),
@@ -673,7 +673,7 @@ fn fake_run(out: &Path, n: usize) -> Location {
         tables.insert(name.to_string(), TableFiles { files: vec![entry] });
     }
     let manifest = RunManifest {
-        format: effect_recon::output::RUN_FORMAT.into(),
+        format: effect_recon::recon::publish::RUN_FORMAT.into(),
         run_id: "20261129T160000Z".into(),
         cut: common::TINY_CUT.into(),
         since: "2026-11-28T16:00:00Z".into(),

@@ -5,8 +5,8 @@
 //! reachable with the usual `AWS_*` variables (`.ci/run` starts a local one); says that it
 //! was NOT run otherwise, and fails when the variable is set but the endpoint fails.
 
-use effect_recon::output::run_folder;
 use effect_recon::recon;
+use effect_recon::recon::publish::run_folder;
 use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan};
 use effect_recon::workload::{self as gen, truth::TRUTH_FILE, GenPlan};

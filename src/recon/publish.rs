@@ -9,11 +9,11 @@ use datafusion::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::lifecycle::RunStatus;
+use super::outputs::OutputTable;
+use super::summary::Summary;
 use crate::error::{Error, Result};
 use crate::parquet_parts::PartWriter;
-use crate::recon::lifecycle::RunStatus;
-use crate::recon::outputs::OutputTable;
-use crate::recon::summary::Summary;
 use crate::snapshot::{FileEntry, TableFiles, MANIFEST};
 use crate::storage::Location;
 
