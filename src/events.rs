@@ -96,6 +96,8 @@ pub enum Event {
         /// Wall time.
         elapsed: Duration,
     },
+    /// A step of `demo`.
+    Demo(DemoStep),
     /// The nightly run finished.
     RunFinished {
         /// Discrepancies.
@@ -109,6 +111,44 @@ pub enum Event {
         /// Wall time.
         elapsed: Duration,
     },
+}
+
+/// The steps of `demo` (each also reports its own stages).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DemoStep {
+    /// Generating the day or the nights.
+    Generating {
+        /// Orders in all.
+        orders: u64,
+        /// Where they go.
+        folder: String,
+    },
+    /// Generated: the generator's own summary.
+    Generated {
+        /// `gen`'s report, as it prints it.
+        summary: String,
+    },
+    /// Loading a night into the SQLite source.
+    Loading {
+        /// The database file.
+        database: String,
+    },
+    /// Loaded.
+    Loaded {
+        /// Rows inserted.
+        rows: u64,
+        /// The database file.
+        database: String,
+        /// Wall time.
+        elapsed: Duration,
+    },
+    /// The nightly job starts (export, then run).
+    Nightly {
+        /// The job config.
+        job: String,
+    },
+    /// Checking the run against the ground truth.
+    Verifying,
 }
 
 impl Event {

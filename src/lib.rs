@@ -21,7 +21,8 @@
 //! * [`run_outputs`] — a finished run's outputs read back as typed rows (publish, reopen, explain).
 //! * [`explore`] — the read-only SQL session of `effect-recon sql`.
 //! * [`timeline`] — `explain`: one order's story in time order, reorders in words.
-//! * [`nightly`] — the scheduled job: export, then run.
+//! * [`nightly`] — the scheduled job: export, then run; [`demo`] — the same on a generated
+//!   day (or nights) in SQLite, verified against the ground truth.
 //! * [`history`] — the runs under an output root, one line each (the backlog over time).
 //! * [`workload`] — the synthetic (`effect-recon gen`) 24-partition workload with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs (or a chain of runs, night by night) checked against a
@@ -34,6 +35,7 @@
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
 pub mod config;
+pub mod demo;
 pub mod error;
 pub mod events;
 pub mod explore;

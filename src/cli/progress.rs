@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use effect_recon::events::{Event, Events};
+use effect_recon::events::{DemoStep, Event, Events};
 use effect_recon::time::format_elapsed;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -66,6 +66,8 @@ impl Renderer {
                 }
             }
             Event::RuleWarning(_) | Event::SelfCheckFailed(_) => self.line(&describe(event)),
+            // The demo's own steps carry their own `demo:` label.
+            Event::Demo(_) => self.print(describe(event)),
             event if event.is_run_stage() => {
                 if self.detail == Detail::All {
                     self.line(&describe(event));
@@ -112,7 +114,10 @@ impl Renderer {
     }
 
     fn line(&self, text: &str) {
-        let line = format!("{}{text}", self.prefix);
+        self.print(format!("{}{text}", self.prefix));
+    }
+
+    fn print(&self, line: String) {
         match &self.bars {
             Some(bars) => {
                 let _ = bars.println(&line);
@@ -165,10 +170,31 @@ pub(super) fn describe(event: &Event) -> String {
             "export done: {rows} rows from {sources} sources into {snapshot} in {}",
             format_elapsed(*elapsed)
         ),
+        Event::Demo(step) => describe_demo(step),
         Event::RunFinished { findings, breaks, tasks, folder, elapsed } => format!(
             "run done: {findings} findings ({breaks} BREAK), {tasks} compensation tasks into {folder} in {}",
             format_elapsed(*elapsed)
         ),
+    }
+}
+
+/// The demo's steps, with rough times so a newcomer knows what to expect.
+fn describe_demo(step: &DemoStep) -> String {
+    match step {
+        DemoStep::Generating { orders, folder } => {
+            format!("demo: generating {orders} orders into {folder} (about 2 s per 100k orders)")
+        }
+        DemoStep::Generated { summary } => summary.trim_end().to_string(),
+        DemoStep::Loading { database } => {
+            format!("demo: loading into SQLite {database} (about 10 s per 100k orders)")
+        }
+        DemoStep::Loaded { rows, database, elapsed } => {
+            format!("demo: loaded {rows} rows into {database} in {}", format_elapsed(*elapsed))
+        }
+        DemoStep::Nightly { job } => format!(
+            "demo: nightly job {job}: export from SQLite (about 15 s per 100k orders), then run"
+        ),
+        DemoStep::Verifying => "demo: verifying the run against the ground truth".to_string(),
     }
 }
 
