@@ -15,6 +15,7 @@
 //!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
 //! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
 //!   finding (§9), and chained runs equal to every night's truth.
+//! * `snapshots`    — reviewed insta snapshots of what the binary prints (filtered).
 //! * `s3`           — gen → run → verify through an S3 bucket (when
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
@@ -37,3 +38,4 @@ mod nights;
 mod publish;
 mod s3;
 mod slt;
+mod snapshots;
