@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::datasource::MemTable;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
@@ -160,32 +160,9 @@ impl PreviousRun {
                 |e| Error::query(format!("reading {}", self.folder.display(table.name())), e);
             let frame =
                 ctx.read_parquet(urls, ParquetReadOptions::default()).await.map_err(context)?;
-            let found = frame.schema().as_arrow().clone();
-            let expected = table.schema();
-            let mut columns = Vec::new();
-            for field in expected.fields() {
-                match found.field_with_name(field.name()) {
-                    Ok(f) if same_type(f.data_type(), field.data_type()) => {
-                        columns.push(field.name().as_str())
-                    }
-                    Ok(f) => {
-                        return Err(self.fail(format!(
-                            "{} column {} is {}, expected {}",
-                            table.name(),
-                            field.name(),
-                            f.data_type(),
-                            field.data_type()
-                        )))
-                    }
-                    Err(_) => {
-                        return Err(self.fail(format!(
-                            "{} has no column {} (a run made before the lifecycle of docs/SEMANTICS.md?)",
-                            table.name(),
-                            field.name()
-                        )))
-                    }
-                }
-            }
+            let columns = contract_columns(frame.schema().as_arrow(), table)
+                .map_err(|message| self.fail(message))?;
+            let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
             let frame = frame.select_columns(&columns).map_err(context)?;
             let batches = frame.collect().await.map_err(context)?;
             let batch = table.conform(&batches)?;
@@ -202,6 +179,39 @@ impl PreviousRun {
     fn fail(&self, message: String) -> Error {
         Error::PreviousRun { location: self.folder.display(""), message }
     }
+}
+
+/// The columns of `table`'s contract, each found in `found` with its type (or a
+/// compatible string encoding); a message naming the first that is missing or mistyped.
+fn contract_columns(
+    found: &Schema,
+    table: OutputTable,
+) -> std::result::Result<Vec<String>, String> {
+    let mut columns = Vec::new();
+    for field in table.schema().fields() {
+        match found.field_with_name(field.name()) {
+            Ok(f) if same_type(f.data_type(), field.data_type()) => {
+                columns.push(field.name().clone())
+            }
+            Ok(f) => {
+                return Err(format!(
+                    "{} column {} is {}, expected {}",
+                    table.name(),
+                    field.name(),
+                    f.data_type(),
+                    field.data_type()
+                ))
+            }
+            Err(_) => {
+                return Err(format!(
+                    "{} has no column {} (a run made before the lifecycle of docs/SEMANTICS.md?)",
+                    table.name(),
+                    field.name()
+                ))
+            }
+        }
+    }
+    Ok(columns)
 }
 
 /// Whether a column read back has the type written: strings may come back in any string
