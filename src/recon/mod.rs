@@ -390,16 +390,30 @@ pub async fn reconcile(
     // most the backlog, read by several later queries.
     materialise(ctx, queries::PREVIOUS_OPEN, &params, explain, &mut plans).await?;
     materialise(ctx, queries::WATCHED, &params, explain, &mut plans).await?;
-    // Effects in play and candidates are small and each feeds two later queries: computing
-    // them once keeps the big inputs from being aggregated again. The aggregation behind
-    // effects in play runs one order_id range at a time so its memory stays bounded.
+    materialise_effects_in_play(ctx, bounds, rows_per_pass, explain, &mut plans).await?;
+    materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
+    // Registered only now, so that it reads the materialised candidates.
+    queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
+    materialise(ctx, queries::FINDINGS, &params, explain, &mut plans).await?;
+    materialise(ctx, queries::REJUDGED, &params, explain, &mut plans).await?;
+    outputs(ctx, &params, explain, plans).await
+}
+
+/// Effects in play and candidates are small and each feeds two later queries: computing
+/// them once keeps the big inputs from being aggregated again. The aggregation behind
+/// effects in play runs one order_id range at a time so its memory stays bounded.
+async fn materialise_effects_in_play(
+    ctx: &SessionContext,
+    bounds: &Bounds,
+    rows_per_pass: u64,
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<()> {
     let mut in_play = Vec::new();
     for (lo, hi) in order_id_ranges(ctx, rows_per_pass).await? {
         let range_params = bounds.params_for_orders(lo, hi);
         queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
-        in_play.push(
-            execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, &mut plans).await?,
-        );
+        in_play.push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, plans).await?);
     }
     let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
         Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
@@ -408,27 +422,30 @@ pub async fn reconcile(
         ctx,
         queries::EFFECTS_IN_PLAY.name,
         (schema, in_play.into_iter().flat_map(|(_, b)| b).collect()),
-    )?;
-    materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
-    // Registered only now, so that it reads the materialised candidates.
-    queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
-    materialise(ctx, queries::FINDINGS, &params, explain, &mut plans).await?;
-    materialise(ctx, queries::REJUDGED, &params, explain, &mut plans).await?;
+    )
+}
 
+/// The output tables, from the materialised findings and re-judged open findings.
+async fn outputs(
+    ctx: &SessionContext,
+    params: &[Param],
+    explain: bool,
+    mut plans: Vec<(String, String)>,
+) -> Result<Outputs> {
     let discrepancies = OutputTable::Discrepancies
-        .conform(&execute(ctx, queries::DISCREPANCIES, &params, explain, &mut plans).await?.1)?;
+        .conform(&execute(ctx, queries::DISCREPANCIES, params, explain, &mut plans).await?.1)?;
     register_batches(
         ctx,
         OutputTable::Discrepancies.name(),
         (discrepancies.schema(), vec![discrepancies.clone()]),
     )?;
     let compensation_tasks = OutputTable::CompensationTasks.conform(
-        &execute(ctx, queries::COMPENSATION_TASKS, &params, explain, &mut plans).await?.1,
+        &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut plans).await?.1,
     )?;
     let skip_verdicts = OutputTable::SkipVerdicts
-        .conform(&execute(ctx, queries::SKIP_VERDICTS, &params, explain, &mut plans).await?.1)?;
+        .conform(&execute(ctx, queries::SKIP_VERDICTS, params, explain, &mut plans).await?.1)?;
     let resolved = OutputTable::Resolved
-        .conform(&execute(ctx, queries::RESOLVED, &params, explain, &mut plans).await?.1)?;
+        .conform(&execute(ctx, queries::RESOLVED, params, explain, &mut plans).await?.1)?;
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, plans })
 }
 
