@@ -173,7 +173,8 @@ pub async fn load_tables(
         table: what.to_string(),
         message: target.scrub(&message),
     };
-    let mut conn = source::connect(&target, 30_000_000).await.map_err(|m| fail("connect", m))?;
+    let mut conn =
+        source::connect(&target, 30_000_000).await.map_err(|e| fail("connect", e.to_string()))?;
     if options.create_schema {
         conn.execute(dialect::schema_ddl(driver))
             .await

@@ -11,20 +11,20 @@ use sqlx::{Connection, Executor};
 use super::{Conn, Target};
 use crate::config::job::format_offset;
 use crate::export::dialect;
+use crate::export::error::ExportError;
 use crate::time::Micros;
 
 /// Opens a connection, with a timeout.
-pub async fn connect(target: &Target, timeout: Micros) -> Result<Conn, String> {
+pub async fn connect(target: &Target, timeout: Micros) -> Result<Conn, ExportError> {
     let limit = std::time::Duration::from_micros(timeout.max(1) as u64);
     match tokio::time::timeout(limit, connect_inner(target)).await {
-        Ok(result) => result.map_err(|e| {
-            format!("cannot connect to {}: {}", target.url, target.scrub(&e.to_string()))
+        Ok(result) => {
+            result.map_err(|source| ExportError::Connect { url: target.url.clone(), source })
+        }
+        Err(_) => Err(ExportError::ConnectTimeout {
+            url: target.url.clone(),
+            waited: crate::time::format_elapsed(limit),
         }),
-        Err(_) => Err(format!(
-            "cannot connect to {}: no answer within {}",
-            target.url,
-            crate::time::format_elapsed(limit)
-        )),
     }
 }
 

@@ -2,8 +2,8 @@
 //! the environment, session time zone), transactions, and reading a wrapped source query
 //! into contract-typed Arrow batches.
 //!
-//! Errors are plain strings already scrubbed of the password; the caller adds the source
-//! and table. Timestamps leave this module as UTC microseconds: zone-less values
+//! Errors are typed ([`ExportError`], [`ReadError`]); the caller adds the source and table
+//! and scrubs the password when it renders them. Timestamps leave this module as UTC microseconds: zone-less values
 //! (MySQL DATETIME/TIMESTAMP, Postgres `timestamp`, SQLite text without an offset) are
 //! read in the source's fixed offset, which is also the session time zone.
 
@@ -16,6 +16,7 @@ use sqlx::{Column, Connection, Executor, Statement};
 use tokio::sync::mpsc;
 
 use super::batch::BatchBuilder;
+use super::error::ExportError;
 use crate::config::job::Driver;
 use crate::snapshot::Table;
 use crate::time::Micros;
@@ -144,7 +145,7 @@ impl Conn {
         read: &ChunkRead<'_>,
         lo: i64,
         hi: i64,
-        tx: &mpsc::Sender<Result<RecordBatch, String>>,
+        tx: &mpsc::Sender<Result<RecordBatch, ExportError>>,
     ) -> Result<u64, ReadError> {
         let Binds { lower, cut, offset_secs: offset } = read.binds;
         let mut sink = Sink {
@@ -197,7 +198,7 @@ pub enum ReadError {
 struct Sink<'a> {
     builder: BatchBuilder,
     batch_rows: usize,
-    tx: &'a mpsc::Sender<Result<RecordBatch, String>>,
+    tx: &'a mpsc::Sender<Result<RecordBatch, ExportError>>,
     rows: u64,
 }
 
