@@ -411,6 +411,9 @@ async fn read_one(
         Err(ReadError::Value(message)) => {
             return Err(Some(ExportError::Value { chunk: what, message }))
         }
+        Err(ReadError::Internal(message)) => {
+            return Err(Some(ExportError::Internal(format!("{what}, {message}"))))
+        }
         Err(ReadError::Database(source)) => {
             return Err(Some(ExportError::ReadChunk { chunk: what, source }))
         }

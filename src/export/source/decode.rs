@@ -8,7 +8,7 @@ use sqlx::sqlite::{Sqlite, SqliteRow};
 use sqlx::{Column, Decode, Row, Type, TypeInfo, ValueRef};
 
 use super::zone::{from_naive, parse_sqlite_timestamp};
-use crate::export::batch::BatchBuilder;
+use crate::export::batch::{BatchBuilder, ValueError};
 use crate::snapshot::ColumnKind;
 
 /// How one contract column is read from the result.
@@ -169,8 +169,8 @@ fn all_kinds(pick: impl Fn(ColumnKind) -> Option<Decoder>) -> [Option<Decoder>; 
 pub(super) fn fill_row(
     columns: &[ColumnRead],
     b: &mut BatchBuilder,
-    mut value: impl FnMut(&ColumnRead, usize, &mut BatchBuilder) -> Result<(), String>,
-) -> Result<(), String> {
+    mut value: impl FnMut(&ColumnRead, usize, &mut BatchBuilder) -> Result<(), ValueError>,
+) -> Result<(), ValueError> {
     for (index, col) in columns.iter().enumerate() {
         value(col, index, b).map_err(|m| with_column(b, index, m))?;
     }
@@ -183,7 +183,7 @@ pub(super) fn mysql_value(
     index: usize,
     offset: i32,
     b: &mut BatchBuilder,
-) -> Result<(), String> {
+) -> Result<(), ValueError> {
     let named = |e: sqlx::Error| e.to_string();
     {
         match col.decoder {
@@ -215,7 +215,7 @@ pub(super) fn mysql_value(
                 b.push_timestamp(index, v.map(|t| from_naive(t, offset)))
             }
             Decoder::UtcTimestamp | Decoder::Dynamic => {
-                Err("internal: unexpected decoder for MySQL".into())
+                Err(ValueError::Internal("unexpected decoder for MySQL".into()))
             }
         }
     }
@@ -227,7 +227,7 @@ pub(super) fn pg_value(
     index: usize,
     offset: i32,
     b: &mut BatchBuilder,
-) -> Result<(), String> {
+) -> Result<(), ValueError> {
     let named = |e: sqlx::Error| e.to_string();
     {
         match col.decoder {
@@ -257,7 +257,7 @@ pub(super) fn pg_value(
             }
             Decoder::Null => push_null(b, index, col.kind),
             Decoder::UnsignedInt | Decoder::Bytes | Decoder::Dynamic => {
-                Err("internal: unexpected decoder for Postgres".into())
+                Err(ValueError::Internal("unexpected decoder for Postgres".into()))
             }
         }
     }
@@ -269,7 +269,7 @@ pub(super) fn sqlite_value(
     index: usize,
     offset: i32,
     b: &mut BatchBuilder,
-) -> Result<(), String> {
+) -> Result<(), ValueError> {
     let raw = row.try_get_raw(col.ordinal).map_err(|e| e.to_string())?;
     if raw.is_null() {
         return push_null(b, index, col.kind);
@@ -282,11 +282,11 @@ pub(super) fn sqlite_value(
         (ColumnKind::Int64 | ColumnKind::Int32, "INTEGER" | "BIGINT" | "INT8" | "BOOLEAN") => {
             b.push_int(index, Some(<i64 as Decode<Sqlite>>::decode(raw).map_err(decode_err)?))
         }
-        (ColumnKind::Int64 | ColumnKind::Int32, _) => Err(wrong("an integer")),
+        (ColumnKind::Int64 | ColumnKind::Int32, _) => Err(wrong("an integer").into()),
         (ColumnKind::Text, "TEXT") => {
             b.push_text(index, Some(<&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?))
         }
-        (ColumnKind::Text, _) => Err(wrong("text")),
+        (ColumnKind::Text, _) => Err(wrong("text").into()),
         (ColumnKind::Timestamp, "TEXT" | "DATETIME" | "DATE" | "TIME") => {
             let text = <&str as Decode<Sqlite>>::decode(raw).map_err(decode_err)?;
             let micros = parse_sqlite_timestamp(text, offset).ok_or_else(|| {
@@ -294,11 +294,11 @@ pub(super) fn sqlite_value(
             })?;
             b.push_timestamp(index, Some(micros))
         }
-        (ColumnKind::Timestamp, _) => Err(wrong("a timestamp as text")),
+        (ColumnKind::Timestamp, _) => Err(wrong("a timestamp as text").into()),
     }
 }
 
-fn push_null(b: &mut BatchBuilder, index: usize, kind: ColumnKind) -> Result<(), String> {
+fn push_null(b: &mut BatchBuilder, index: usize, kind: ColumnKind) -> Result<(), ValueError> {
     match kind {
         ColumnKind::Text => b.push_text(index, None),
         ColumnKind::Int64 | ColumnKind::Int32 => b.push_int(index, None),
@@ -306,6 +306,11 @@ fn push_null(b: &mut BatchBuilder, index: usize, kind: ColumnKind) -> Result<(),
     }
 }
 
-fn with_column(b: &BatchBuilder, index: usize, message: String) -> String {
-    format!("column {} {message}", b.specs()[index].name)
+/// Prefixes the message with the column it is about.
+fn with_column(b: &BatchBuilder, index: usize, error: ValueError) -> ValueError {
+    let name = b.specs()[index].name;
+    match error {
+        ValueError::Invalid(message) => ValueError::Invalid(format!("column {name} {message}")),
+        ValueError::Internal(message) => ValueError::Internal(format!("column {name}: {message}")),
+    }
 }

@@ -9,7 +9,7 @@ use sqlx::TypeInfo;
 
 use super::decode::{self, ColumnRead, ResultColumn};
 use super::zone::{naive, sqlite_text, utc};
-use crate::export::batch::BatchBuilder;
+use crate::export::batch::{BatchBuilder, ValueError};
 use crate::time::Micros;
 
 /// One database family as the exporter reads it.
@@ -27,7 +27,7 @@ pub(super) trait Family: sqlx::Database {
         columns: &[ColumnRead],
         offset: i32,
         b: &mut BatchBuilder,
-    ) -> Result<(), String>;
+    ) -> Result<(), ValueError>;
 }
 
 impl Family for MySql {
@@ -43,7 +43,7 @@ impl Family for MySql {
         columns: &[ColumnRead],
         offset: i32,
         b: &mut BatchBuilder,
-    ) -> Result<(), String> {
+    ) -> Result<(), ValueError> {
         decode::fill_row(columns, b, |col, index, b| {
             decode::mysql_value(row, col, index, offset, b)
         })
@@ -63,7 +63,7 @@ impl Family for Postgres {
         columns: &[ColumnRead],
         offset: i32,
         b: &mut BatchBuilder,
-    ) -> Result<(), String> {
+    ) -> Result<(), ValueError> {
         decode::fill_row(columns, b, |col, index, b| decode::pg_value(row, col, index, offset, b))
     }
 }
@@ -81,7 +81,7 @@ impl Family for Sqlite {
         columns: &[ColumnRead],
         offset: i32,
         b: &mut BatchBuilder,
-    ) -> Result<(), String> {
+    ) -> Result<(), ValueError> {
         decode::fill_row(columns, b, |col, index, b| {
             decode::sqlite_value(row, col, index, offset, b)
         })

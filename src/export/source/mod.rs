@@ -15,7 +15,7 @@ use sqlx::sqlite::SqliteConnection;
 use sqlx::{Column, Connection, Executor, Statement};
 use tokio::sync::mpsc;
 
-use super::batch::BatchBuilder;
+use super::batch::{BatchBuilder, ValueError};
 use super::error::ExportError;
 use crate::config::job::Driver;
 use crate::snapshot::Table;
@@ -191,6 +191,8 @@ pub enum ReadError {
     Database(sqlx::Error),
     /// A value breaks the contract (message names the column and row).
     Value(String),
+    /// A broken invariant while decoding (message names the column and row).
+    Internal(String),
     /// The writer stopped listening (it failed elsewhere).
     Closed,
 }
@@ -205,10 +207,13 @@ struct Sink<'a> {
 impl Sink<'_> {
     async fn row(
         &mut self,
-        fill: impl FnOnce(&mut BatchBuilder) -> Result<(), String>,
+        fill: impl FnOnce(&mut BatchBuilder) -> Result<(), ValueError>,
     ) -> Result<(), ReadError> {
-        fill(&mut self.builder)
-            .map_err(|m| ReadError::Value(format!("row {} of the chunk: {m}", self.rows + 1)))?;
+        let row = self.rows + 1;
+        fill(&mut self.builder).map_err(|e| match e {
+            ValueError::Invalid(m) => ReadError::Value(format!("row {row} of the chunk: {m}")),
+            ValueError::Internal(m) => ReadError::Internal(format!("row {row} of the chunk: {m}")),
+        })?;
         self.builder.end_row();
         self.rows += 1;
         if self.builder.rows() >= self.batch_rows {
@@ -221,7 +226,10 @@ impl Sink<'_> {
         if self.builder.rows() == 0 {
             return Ok(());
         }
-        let batch = self.builder.finish().map_err(ReadError::Value)?;
+        let batch = self.builder.finish().map_err(|e| match e {
+            ValueError::Invalid(m) => ReadError::Value(m),
+            ValueError::Internal(m) => ReadError::Internal(m),
+        })?;
         self.tx.send(Ok(batch)).await.map_err(|_| ReadError::Closed)
     }
 }
