@@ -97,6 +97,32 @@ pub enum ExportError {
     Internal(String),
 }
 
+/// What failed in a tool writing back into a team database (`publish`, `reopen`); the
+/// tool renders it, scrubbed, with [`crate::export::db::WriteTarget::error`].
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// A statement failed.
+    #[error("{doing}: {source}")]
+    Statement {
+        /// What the statement was doing.
+        doing: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// What the tool was asked to work on is not there.
+    #[error("{0}")]
+    NotFound(String),
+}
+
+impl WriteError {
+    /// Wraps a driver error with what the failing statement was doing.
+    pub(crate) fn doing(doing: impl Into<String>) -> impl FnOnce(sqlx::Error) -> WriteError {
+        let doing = doing.into();
+        move |source| WriteError::Statement { doing, source }
+    }
+}
+
 impl ExportError {
     /// The crate error for source `source_name` of `table`, with `scrub` applied to the
     /// message.

@@ -43,7 +43,7 @@ use crate::snapshot::{
 };
 use crate::storage::Location;
 use crate::time::Micros;
-pub use error::ExportError;
+pub use error::{ExportError, WriteError};
 use progress::SourceProgress;
 use source::{Binds, ChunkRead, ColumnRead, Conn, Decoder, ReadError, ResultColumn, Target};
 
