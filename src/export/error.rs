@@ -36,9 +36,29 @@ pub enum ExportError {
     /// The wrapped source query cannot be prepared.
     #[error("the query fails: {0}")]
     Describe(#[source] sqlx::Error),
-    /// The query's result does not have the contract's columns or types.
-    #[error("{0}")]
-    Columns(String),
+    /// The query's result lacks a contract column.
+    #[error("the query returns no column '{column}' (it returns: {returned}); alias your column AS {column}")]
+    MissingColumn {
+        /// The contract column.
+        column: &'static str,
+        /// The result's columns, comma-separated.
+        returned: String,
+    },
+    /// A result column's type does not fit its contract kind.
+    #[error(
+        "column {column} has database type {type_name}, expected {expected} (CAST it in the query)"
+    )]
+    ColumnType {
+        /// The contract column.
+        column: &'static str,
+        /// The database's type name.
+        type_name: String,
+        /// The types that fit.
+        expected: &'static str,
+    },
+    /// A non-nullable contract column whose result type is NULL.
+    #[error("column {0} is always NULL (type NULL); the contract says it must not be NULL")]
+    AlwaysNull(&'static str),
     /// The plan query (count and key range) failed.
     #[error("{}", plan_message(.0))]
     Plan(#[source] sqlx::Error),
@@ -186,6 +206,23 @@ mod tests {
             ExportError::Value { chunk: chunk(), message: "row 1 of the chunk: x".into() }
                 .to_string(),
             "chunk 2/8 (order_id 1..=99), row 1 of the chunk: x"
+        );
+        assert_eq!(
+            ExportError::MissingColumn { column: "order_id", returned: "id, x".into() }.to_string(),
+            "the query returns no column 'order_id' (it returns: id, x); alias your column AS order_id"
+        );
+        let wrong = ExportError::ColumnType {
+            column: "order_id",
+            type_name: "TEXT".into(),
+            expected: "an integer type (BIGINT)",
+        };
+        assert_eq!(
+            wrong.to_string(),
+            "column order_id has database type TEXT, expected an integer type (BIGINT) (CAST it in the query)"
+        );
+        assert_eq!(
+            ExportError::AlwaysNull("status").to_string(),
+            "column status is always NULL (type NULL); the contract says it must not be NULL"
         );
         let lost = ExportError::ReadChunk { chunk: chunk(), source: sqlx::Error::PoolClosed };
         assert!(lost.to_string().starts_with("reading chunk 2/8 (order_id 1..=99): "));

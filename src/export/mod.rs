@@ -260,8 +260,7 @@ impl Session {
         let leader = self.conns.first_mut().ok_or_else(no_connection)?;
         let described =
             leader.columns(&wrapped.data).await.map_err(|e| fail(ExportError::Describe(e)))?;
-        let columns =
-            match_columns(source.table, &described).map_err(|m| fail(ExportError::Columns(m)))?;
+        let columns = match_columns(source.table, &described).map_err(fail)?;
         let (count, keyed, min, max) =
             leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(ExportError::Plan(e)))?;
         if count != keyed {
@@ -427,33 +426,25 @@ async fn read_one(
 }
 
 /// The contract columns found in the query's result, with a decoder each.
-fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, String> {
+fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, ExportError> {
     let mut reads = Vec::with_capacity(table.columns().len());
     for spec in table.columns() {
         let found =
             described.iter().enumerate().find(|(_, c)| c.name.eq_ignore_ascii_case(spec.name));
         let Some((ordinal, column)) = found else {
             let names: Vec<&str> = described.iter().map(|c| c.name.as_str()).collect();
-            return Err(format!(
-                "the query returns no column '{}' (it returns: {}); alias your column AS {}",
-                spec.name,
-                names.join(", "),
-                spec.name
-            ));
+            return Err(ExportError::MissingColumn {
+                column: spec.name,
+                returned: names.join(", "),
+            });
         };
-        let decoder = column.decoder(spec.kind).ok_or_else(|| {
-            format!(
-                "column {} has database type {}, expected {} (CAST it in the query)",
-                spec.name,
-                column.type_name,
-                expected_type(spec.kind)
-            )
+        let decoder = column.decoder(spec.kind).ok_or_else(|| ExportError::ColumnType {
+            column: spec.name,
+            type_name: column.type_name.clone(),
+            expected: expected_type(spec.kind),
         })?;
         if decoder == Decoder::Null && !spec.nullable {
-            return Err(format!(
-                "column {} is always NULL (type NULL); the contract says it must not be NULL",
-                spec.name
-            ));
+            return Err(ExportError::AlwaysNull(spec.name));
         }
         reads.push(ColumnRead { ordinal, kind: spec.kind, decoder });
     }
