@@ -13,6 +13,21 @@ use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::snapshot::{ColumnKind, ColumnSpec, Table, UTC};
 
+/// Why a value could not be appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ValueError {
+    /// The value breaks the contract; the message says how (`is NULL; ...`).
+    Invalid(String),
+    /// A broken invariant of the exporter (a bug, not bad data).
+    Internal(String),
+}
+
+impl From<String> for ValueError {
+    fn from(message: String) -> Self {
+        ValueError::Invalid(message)
+    }
+}
+
 /// One column being built.
 enum ColumnBuilder {
     Text(StringBuilder),
@@ -48,7 +63,7 @@ impl BatchBuilder {
     }
 
     /// Appends an integer (or NULL) to column `index`.
-    pub fn push_int(&mut self, index: usize, value: Option<i64>) -> Result<(), String> {
+    pub fn push_int(&mut self, index: usize, value: Option<i64>) -> Result<(), ValueError> {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Int64(b) => b.append_option(value),
@@ -61,27 +76,27 @@ impl BatchBuilder {
                     .transpose()?;
                 b.append_option(narrowed)
             }
-            _ => return Err("internal: integer pushed into a non-integer column".into()),
+            _ => return Err(internal("integer pushed into a non-integer column")),
         }
         Ok(())
     }
 
     /// Appends a string (or NULL) to column `index`.
-    pub fn push_text(&mut self, index: usize, value: Option<&str>) -> Result<(), String> {
+    pub fn push_text(&mut self, index: usize, value: Option<&str>) -> Result<(), ValueError> {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Text(b) => b.append_option(value),
-            _ => return Err("internal: text pushed into a non-text column".into()),
+            _ => return Err(internal("text pushed into a non-text column")),
         }
         Ok(())
     }
 
     /// Appends an instant in UTC microseconds (or NULL) to column `index`.
-    pub fn push_timestamp(&mut self, index: usize, value: Option<i64>) -> Result<(), String> {
+    pub fn push_timestamp(&mut self, index: usize, value: Option<i64>) -> Result<(), ValueError> {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Timestamp(b) => b.append_option(value),
-            _ => return Err("internal: timestamp pushed into a non-timestamp column".into()),
+            _ => return Err(internal("timestamp pushed into a non-timestamp column")),
         }
         Ok(())
     }
@@ -92,7 +107,7 @@ impl BatchBuilder {
     }
 
     /// The rows collected so far as one batch; the builder starts over empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, String> {
+    pub fn finish(&mut self) -> Result<RecordBatch, ValueError> {
         let arrays: Vec<ArrayRef> = self
             .columns
             .iter_mut()
@@ -107,15 +122,19 @@ impl BatchBuilder {
             .collect();
         self.rows = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), arrays)
-            .map_err(|e| format!("internal: building a batch: {e}"))
+            .map_err(|e| ValueError::Internal(format!("building a batch: {e}")))
     }
 
-    fn check_null<T>(&self, index: usize, value: Option<T>) -> Result<Option<T>, String> {
+    fn check_null<T>(&self, index: usize, value: Option<T>) -> Result<Option<T>, ValueError> {
         if value.is_none() && !self.specs[index].nullable {
-            return Err("is NULL; the contract says it must not be".into());
+            return Err(ValueError::Invalid("is NULL; the contract says it must not be".into()));
         }
         Ok(value)
     }
+}
+
+fn internal(message: &str) -> ValueError {
+    ValueError::Internal(message.to_string())
 }
 
 fn new_column(kind: ColumnKind, capacity: usize) -> ColumnBuilder {
@@ -128,5 +147,21 @@ fn new_column(kind: ColumnKind, capacity: usize) -> ColumnBuilder {
         ColumnKind::Timestamp => {
             ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(capacity))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_breaks_are_invalid_values_and_kind_mix_ups_are_internal() {
+        let mut b = BatchBuilder::new(Table::Ledger, 4);
+        let null = "is NULL; the contract says it must not be".to_string();
+        assert_eq!(b.push_text(0, None), Err(ValueError::Invalid(null)));
+        let too_big = "value 4294967296 does not fit the contract's Int32".to_string();
+        assert_eq!(b.push_int(7, Some(1 << 32)), Err(ValueError::Invalid(too_big)));
+        let mixed = "text pushed into a non-text column".to_string();
+        assert_eq!(b.push_text(1, Some("x")), Err(ValueError::Internal(mixed)));
     }
 }

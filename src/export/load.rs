@@ -14,7 +14,9 @@ use bytes::Bytes;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
+use datafusion::arrow::error::ArrowError;
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use datafusion::parquet::errors::ParquetError;
 use sqlx::Connection;
 
 use super::dialect;
@@ -99,9 +101,9 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
                     file: snapshot.display(&file.path),
                     message: "listed in manifest.json but absent".into(),
                 })?;
-            let batches = read_parquet(bytes, table).map_err(|message| Error::SnapshotFile {
+            let batches = read_parquet(bytes, table).map_err(|e| Error::SnapshotFile {
                 file: snapshot.display(&file.path),
-                message,
+                message: e.to_string(),
             })?;
             match tables.iter_mut().find(|t| t.table == table && t.source == source) {
                 Some(existing) => existing.batches.extend(batches),
@@ -112,31 +114,56 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
     Ok(tables)
 }
 
-fn read_parquet(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, String> {
+/// Why a snapshot file cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    /// The file is not readable Parquet.
+    #[error("unreadable Parquet: {0}")]
+    Parquet(#[from] ParquetError),
+    /// A batch of the file cannot be decoded.
+    #[error("unreadable Parquet: {0}")]
+    Batch(#[source] ArrowError),
+    /// A contract column is absent.
+    #[error("column {0} is missing")]
+    MissingColumn(String),
+    /// A column cannot be cast to its contract type.
+    #[error("column {column}: {source}")]
+    Cast {
+        /// The column.
+        column: String,
+        /// Arrow's error.
+        #[source]
+        source: ArrowError,
+    },
+    /// The conformed columns do not make a batch of the contract schema.
+    #[error("{0}")]
+    Conform(#[source] ArrowError),
+}
+
+fn read_parquet(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, FileError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.with_batch_size(8192).build())
-        .map_err(|e| format!("unreadable Parquet: {e}"))?;
+        .and_then(|b| b.with_batch_size(8192).build())?;
     let mut batches = Vec::new();
     for batch in reader {
-        let batch = batch.map_err(|e| format!("unreadable Parquet: {e}"))?;
+        let batch = batch.map_err(FileError::Batch)?;
         batches.push(conform(&batch, table)?);
     }
     Ok(batches)
 }
 
 /// The batch with exactly the contract's columns and types.
-fn conform(batch: &RecordBatch, table: Table) -> Result<RecordBatch, String> {
+fn conform(batch: &RecordBatch, table: Table) -> Result<RecordBatch, FileError> {
     let schema = table.schema();
     let mut columns = Vec::with_capacity(schema.fields().len());
     for field in schema.fields() {
         let column = batch
             .column_by_name(field.name())
-            .ok_or_else(|| format!("column {} is missing", field.name()))?;
-        columns.push(
-            cast(column, field.data_type()).map_err(|e| format!("column {}: {e}", field.name()))?,
-        );
+            .ok_or_else(|| FileError::MissingColumn(field.name().clone()))?;
+        let cast = cast(column, field.data_type())
+            .map_err(|source| FileError::Cast { column: field.name().clone(), source })?;
+        columns.push(cast);
     }
-    RecordBatch::try_new(schema, columns).map_err(|e| e.to_string())
+    RecordBatch::try_new(schema, columns).map_err(FileError::Conform)
 }
 
 /// Loads a snapshot folder into the database at `url`.
@@ -173,7 +200,8 @@ pub async fn load_tables(
         table: what.to_string(),
         message: target.scrub(&message),
     };
-    let mut conn = source::connect(&target, 30_000_000).await.map_err(|m| fail("connect", m))?;
+    let mut conn =
+        source::connect(&target, 30_000_000).await.map_err(|e| fail("connect", e.to_string()))?;
     if options.create_schema {
         conn.execute(dialect::schema_ddl(driver))
             .await
@@ -187,7 +215,7 @@ pub async fn load_tables(
             .iter()
             .map(|b| conform(b, load.table))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|m| fail(&name, m))?;
+            .map_err(|e| fail(&name, e.to_string()))?;
         let rows = insert(&mut conn, &name, load.table, &batches, options)
             .await
             .map_err(|e| fail(&name, format!("inserting: {e}")))?;

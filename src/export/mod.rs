@@ -20,6 +20,7 @@
 pub mod batch;
 pub mod db;
 pub mod dialect;
+mod error;
 pub mod load;
 mod progress;
 pub mod publish;
@@ -42,6 +43,7 @@ use crate::snapshot::{
 };
 use crate::storage::Location;
 use crate::time::Micros;
+pub use error::{ExportError, WriteError};
 use progress::SourceProgress;
 use source::{Binds, ChunkRead, ColumnRead, Conn, Decoder, ReadError, ResultColumn, Target};
 
@@ -154,12 +156,9 @@ fn group_by_database(sources: &[SourceConfig]) -> Vec<Group<'_>> {
     groups
 }
 
-fn source_error(source: &SourceConfig, target: &Target, message: impl std::fmt::Display) -> Error {
-    Error::Source {
-        source_name: source.name.clone(),
-        table: source.table.name().to_string(),
-        message: target.scrub(&message.to_string()),
-    }
+/// The one place an [`ExportError`] becomes the crate's error, scrubbed of the password.
+fn source_error(source: &SourceConfig, target: &Target, e: ExportError) -> Error {
+    e.into_error(&source.name, source.table.name(), |m| target.scrub(m))
 }
 
 /// The connections to one database, each inside the read transaction.
@@ -192,7 +191,7 @@ impl Session {
             conns.push(
                 source::connect(&target, settings.connect_timeout)
                     .await
-                    .map_err(|m| source_error(first, &target, m))?,
+                    .map_err(|e| source_error(first, &target, e))?,
             );
         }
         let mut session = Session { conns, target };
@@ -204,14 +203,14 @@ impl Session {
         Ok(session)
     }
 
-    async fn begin(&mut self) -> Result<(), String> {
+    async fn begin(&mut self) -> Result<(), ExportError> {
         let driver = self.target.driver;
-        let fail = |e: sqlx::Error| format!("starting the read transaction: {e}");
+        let fail = ExportError::Begin;
         let Some((leader, workers)) = self.conns.split_first_mut() else { return Ok(()) };
         if driver == Driver::MySql {
             // Every connection's snapshot is started before any of them reads.
             let [set_level, start] = dialect::begin_leader(driver) else {
-                return Err("internal: MySQL begin".into());
+                return Err(ExportError::Internal("MySQL begin".into()));
             };
             for conn in std::iter::once(&mut *leader).chain(workers.iter_mut()) {
                 conn.execute(set_level).await.map_err(fail)?;
@@ -227,7 +226,7 @@ impl Session {
         if driver == Driver::Postgres && !workers.is_empty() {
             let id = leader.query_text(dialect::PG_EXPORT_SNAPSHOT).await.map_err(fail)?;
             if !id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-                return Err(format!("unexpected snapshot id '{id}'"));
+                return Err(ExportError::SnapshotId(id));
             }
             for conn in workers {
                 for statement in dialect::begin_leader(driver) {
@@ -255,21 +254,17 @@ impl Session {
         events: &Events,
     ) -> Result<(Vec<FileEntry>, SourceReport)> {
         let target = self.target.clone();
-        let fail = |m: String| source_error(source, &target, m);
+        let fail = |e: ExportError| source_error(source, &target, e);
         let wrapped = dialect::wrap(source.driver, &source.query);
-        let leader = self.conns.first_mut().ok_or_else(|| fail("no open connection".into()))?;
-        let described = leader
-            .columns(&wrapped.data)
-            .await
-            .map_err(|e| fail(format!("the query fails: {e}")))?;
+        let no_connection = || fail(ExportError::Internal("no open connection".into()));
+        let leader = self.conns.first_mut().ok_or_else(no_connection)?;
+        let described =
+            leader.columns(&wrapped.data).await.map_err(|e| fail(ExportError::Describe(e)))?;
         let columns = match_columns(source.table, &described).map_err(fail)?;
         let (count, keyed, min, max) =
-            leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(plan_error(&e)))?;
+            leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(ExportError::Plan(e)))?;
         if count != keyed {
-            return Err(fail(format!(
-                "column order_id is NULL in {} rows; the contract says it must not be",
-                count - keyed
-            )));
+            return Err(fail(ExportError::NullKeys(count - keyed)));
         }
         let chunks = split(min, max, count, settings.chunk_rows);
         let job = Arc::new(ChunkJob {
@@ -290,9 +285,7 @@ impl Session {
             .await
             .map_err(fail)?;
         if rows != count as u64 && job_shares_snapshot(source.driver) {
-            return Err(fail(format!(
-                "wrote {rows} rows but the query counted {count} in the same snapshot"
-            )));
+            return Err(fail(ExportError::SourceRows { written: rows, counted: count }));
         }
         let elapsed = table_progress.finish(chunks.len());
         Ok((files, SourceReport { label: source.label(), rows, chunks: chunks.len(), elapsed }))
@@ -305,7 +298,7 @@ impl Session {
         chunks: &[(i64, i64)],
         mut table_writer: TableWriter,
         progress: &mut SourceProgress,
-    ) -> Result<(Vec<FileEntry>, u64), String> {
+    ) -> Result<(Vec<FileEntry>, u64), ExportError> {
         let workers = chunks.len().min(self.conns.len());
         let mut receivers = Vec::with_capacity(chunks.len());
         let mut assigned: Vec<Vec<Assignment>> = (0..workers).map(|_| Vec::new()).collect();
@@ -322,21 +315,21 @@ impl Session {
         for mut rx in receivers {
             while let Some(message) = rx.recv().await {
                 let batch = message?;
-                table_writer.write(&batch).await.map_err(|e| e.to_string())?;
+                table_writer.write(&batch).await.map_err(|e| ExportError::Write(Box::new(e)))?;
                 rows += batch.num_rows() as u64;
                 progress.add(batch.num_rows() as u64);
             }
         }
         let mut returned: Vec<Option<Conn>> = (0..workers).map(|_| None).collect();
         while let Some(joined) = set.join_next().await {
-            let (w, conn, result) =
-                joined.map_err(|e| format!("internal: a chunk reader stopped: {e}"))?;
+            let (w, conn, result) = joined
+                .map_err(|e| ExportError::Internal(format!("a chunk reader stopped: {e}")))?;
             returned[w] = Some(conn);
             result?;
         }
         let conns: Vec<Conn> = returned.into_iter().flatten().collect();
         self.conns.splice(0..0, conns);
-        let files = table_writer.finish().await.map_err(|e| e.to_string())?;
+        let files = table_writer.finish().await.map_err(|e| ExportError::Write(Box::new(e)))?;
         Ok((files, rows))
     }
 }
@@ -362,25 +355,25 @@ struct ChunkJob {
 struct Assignment {
     index: usize,
     range: (i64, i64),
-    tx: mpsc::Sender<Result<RecordBatch, String>>,
+    tx: mpsc::Sender<Result<RecordBatch, ExportError>>,
 }
 
 /// Reads its chunks in order; an error is sent on the failing chunk's channel (the writer
-/// reaches it in key order) and returned.
+/// reaches it in key order), or returned when the writer no longer listens.
 async fn read_worker(
     w: usize,
     mut conn: Conn,
     job: Arc<ChunkJob>,
     chunks: Vec<Assignment>,
-) -> (usize, Conn, Result<(), String>) {
+) -> (usize, Conn, Result<(), ExportError>) {
     for chunk in chunks {
         let result = read_one(&mut conn, &job, &chunk).await;
         match result {
             Ok(()) => {}
             Err(None) => return (w, conn, Ok(())),
-            Err(Some(message)) => {
-                let _ = chunk.tx.send(Err(message.clone())).await;
-                return (w, conn, Err(message));
+            Err(Some(error)) => {
+                let unsent = chunk.tx.send(Err(error)).await.err().and_then(|e| e.0.err());
+                return (w, conn, unsent.map_or(Ok(()), Err));
             }
         }
     }
@@ -392,14 +385,14 @@ async fn read_one(
     conn: &mut Conn,
     job: &ChunkJob,
     chunk: &Assignment,
-) -> Result<(), Option<String>> {
+) -> Result<(), Option<ExportError>> {
     let (lo, hi) = chunk.range;
     let what = format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks);
     let expected = if job.verify {
         let n = conn
             .count(&job.count_sql, job.binds, lo, hi)
             .await
-            .map_err(|e| Some(format!("counting {what}: {e}")))?;
+            .map_err(|source| Some(ExportError::CountChunk { chunk: what.clone(), source }))?;
         Some(n)
     } else {
         job.expected_single
@@ -414,66 +407,44 @@ async fn read_one(
     let rows = match conn.read(&read, lo, hi, &chunk.tx).await {
         Ok(rows) => rows,
         Err(ReadError::Closed) => return Err(None),
-        Err(ReadError::Value(m)) => return Err(Some(format!("{what}, {m}"))),
-        Err(ReadError::Database(e)) => return Err(Some(database_error(&what, &e))),
+        Err(ReadError::Value(message)) => {
+            return Err(Some(ExportError::Value { chunk: what, message }))
+        }
+        Err(ReadError::Internal(message)) => {
+            return Err(Some(ExportError::Internal(format!("{what}, {message}"))))
+        }
+        Err(ReadError::Database(source)) => {
+            return Err(Some(ExportError::ReadChunk { chunk: what, source }))
+        }
     };
     match expected {
-        Some(n) if n != rows as i64 => Err(Some(format!(
-            "{what}: streamed {rows} rows but COUNT in the same transaction says {n}"
-        ))),
+        Some(n) if n != rows as i64 => {
+            Err(Some(ExportError::ChunkRows { chunk: what, streamed: rows, counted: n }))
+        }
         _ => Ok(()),
     }
 }
 
-/// SQLite only knows value types row by row: a text `order_id` shows up in MIN/MAX.
-fn plan_error(e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::ColumnDecode { index, source }
-            if index.contains('2') || index.contains('3') =>
-        {
-            format!("column order_id holds values that are not integers ({source}); the contract needs Int64 (CAST it in the query)")
-        }
-        _ => format!("counting rows: {e}"),
-    }
-}
-
-fn database_error(what: &str, e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => {
-            format!("reading {what}: connection lost: {e}")
-        }
-        _ => format!("reading {what}: {e}"),
-    }
-}
-
 /// The contract columns found in the query's result, with a decoder each.
-fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, String> {
+fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, ExportError> {
     let mut reads = Vec::with_capacity(table.columns().len());
     for spec in table.columns() {
         let found =
             described.iter().enumerate().find(|(_, c)| c.name.eq_ignore_ascii_case(spec.name));
         let Some((ordinal, column)) = found else {
             let names: Vec<&str> = described.iter().map(|c| c.name.as_str()).collect();
-            return Err(format!(
-                "the query returns no column '{}' (it returns: {}); alias your column AS {}",
-                spec.name,
-                names.join(", "),
-                spec.name
-            ));
+            return Err(ExportError::MissingColumn {
+                column: spec.name,
+                returned: names.join(", "),
+            });
         };
-        let decoder = column.decoder(spec.kind).ok_or_else(|| {
-            format!(
-                "column {} has database type {}, expected {} (CAST it in the query)",
-                spec.name,
-                column.type_name,
-                expected_type(spec.kind)
-            )
+        let decoder = column.decoder(spec.kind).ok_or_else(|| ExportError::ColumnType {
+            column: spec.name,
+            type_name: column.type_name.clone(),
+            expected: expected_type(spec.kind),
         })?;
         if decoder == Decoder::Null && !spec.nullable {
-            return Err(format!(
-                "column {} is always NULL (type NULL); the contract says it must not be NULL",
-                spec.name
-            ));
+            return Err(ExportError::AlwaysNull(spec.name));
         }
         reads.push(ColumnRead { ordinal, kind: spec.kind, decoder });
     }

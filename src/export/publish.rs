@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use sqlx::{Connection, QueryBuilder};
 
 use super::db::{self, Stamp, WriteTarget};
+use super::error::WriteError;
 use super::source::Conn;
 use crate::config::job::Driver;
 use crate::error::Result;
@@ -148,11 +149,11 @@ async fn publish_on(
     conn: &mut Conn,
     plan: &PublishPlan,
     outputs: &RunOutputs,
-) -> Result<(u64, u64, u64, HashMap<String, String>), String> {
+) -> Result<(u64, u64, u64, HashMap<String, String>), WriteError> {
     let table = plan.table.as_str();
     if plan.create {
         let ddl = db::ddl(schema_ddl(plan.target.driver()), DEFAULT_TABLE, table);
-        conn.execute(&ddl).await.map_err(|e| format!("creating the table: {e}"))?;
+        conn.execute(&ddl).await.map_err(WriteError::doing("creating the table"))?;
     }
     probe(conn, table).await?;
     let ids: Vec<&str> = outputs.tasks.iter().map(|t| t.task_id.as_str()).collect();
@@ -162,9 +163,9 @@ async fn publish_on(
     for chunk in outputs.tasks.chunks(plan.batch.max(1)) {
         let (fresh, known): (Vec<&TaskRow>, Vec<&TaskRow>) =
             chunk.iter().partition(|t| !states.contains_key(&t.task_id));
-        let (i, u) = write_batch(conn, table, &run, &fresh, &known)
-            .await
-            .map_err(|e| format!("writing a batch of {} tasks (rolled back): {e}", chunk.len()))?;
+        let (i, u) = write_batch(conn, table, &run, &fresh, &known).await.map_err(
+            WriteError::doing(format!("writing a batch of {} tasks (rolled back)", chunk.len())),
+        )?;
         inserted += i;
         updated += u;
     }
@@ -175,7 +176,7 @@ async fn publish_on(
         for chunk in found.chunks(plan.batch.max(1)) {
             resolved += resolve_batch(conn, table, &run, chunk)
                 .await
-                .map_err(|e| format!("marking a batch of tasks RESOLVED (rolled back): {e}"))?;
+                .map_err(WriteError::doing("marking a batch of tasks RESOLVED (rolled back)"))?;
         }
     }
     Ok((inserted, updated + resolved, resolved, states))
@@ -188,18 +189,16 @@ struct RunStamp {
 }
 
 /// Fails with a clear message when the table is missing or lacks the columns publish uses.
-async fn probe(conn: &mut Conn, table: &str) -> Result<(), String> {
+async fn probe(conn: &mut Conn, table: &str) -> Result<(), WriteError> {
     let sql = format!(
         "SELECT task_id, effect, order_id, class, action, command, reopen_msg_id, \
          reverse_receipt_ids, priority, idempotency_key, state, resolution, first_run, \
          last_run, last_cut, attempt, updated_at FROM {table} WHERE 1 = 0"
     );
-    conn.execute(&sql).await.map_err(|e| {
-        format!(
-            "the table is missing or lacks the columns of the recommended schema \
-             (sql/schema/compensation_task.*.sql; --create makes it): {e}"
-        )
-    })
+    conn.execute(&sql).await.map_err(WriteError::doing(
+        "the table is missing or lacks the columns of the recommended schema \
+         (sql/schema/compensation_task.*.sql; --create makes it)",
+    ))
 }
 
 /// `task_id → state` of the tasks already in the table.
@@ -208,7 +207,7 @@ async fn states(
     table: &str,
     ids: &[&str],
     batch: usize,
-) -> Result<HashMap<String, String>, String> {
+) -> Result<HashMap<String, String>, WriteError> {
     let mut found = HashMap::new();
     for chunk in ids.chunks(batch.clamp(1, 1000)) {
         let rows: Vec<(String, String)> = crate::on_conn!(conn, c, DB => {
@@ -222,7 +221,7 @@ async fn states(
             q.push(")");
             q.build_query_as::<(String, String)>().fetch_all(&mut *c).await
         })
-        .map_err(|e| format!("reading the states of the run's tasks: {e}"))?;
+        .map_err(WriteError::doing("reading the states of the run's tasks"))?;
         found.extend(rows);
     }
     Ok(found)

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use sqlx::{Connection, QueryBuilder};
 
 use super::db::{self, Stamp, WriteTarget};
+use super::error::WriteError;
 use super::source::Conn;
 use crate::config::job::Driver;
 use crate::error::{Error, Result};
@@ -347,7 +348,7 @@ fn revoke_items(outputs: &RunOutputs) -> Vec<ReopenItem> {
 }
 
 /// The messages an earlier apply (or one of its batches) revoked, to be restored.
-async fn undo_items(conn: &mut Conn, audit: &str, id: &str) -> Result<Vec<ReopenItem>, String> {
+async fn undo_items(conn: &mut Conn, audit: &str, id: &str) -> Result<Vec<ReopenItem>, WriteError> {
     type Row = (String, String, Option<String>, String, String);
     let rows: Vec<Row> = crate::on_conn!(conn, c, DB => {
         let mut q = QueryBuilder::<DB>::new(format!(
@@ -357,9 +358,11 @@ async fn undo_items(conn: &mut Conn, audit: &str, id: &str) -> Result<Vec<Reopen
         q.push(") AND new_action = ").push_bind(REVOKED).push(" ORDER BY id");
         q.build_query_as::<Row>().fetch_all(&mut *c).await
     })
-    .map_err(|e| format!("reading the audit rows of '{id}': {e}"))?;
+    .map_err(WriteError::doing(format!("reading the audit rows of '{id}'")))?;
     if rows.is_empty() {
-        return Err(format!("no audit rows of an apply or batch '{id}' that revoked messages"));
+        return Err(WriteError::NotFound(format!(
+            "no audit rows of an apply or batch '{id}' that revoked messages"
+        )));
     }
     Ok(rows
         .into_iter()
@@ -387,7 +390,7 @@ async fn classify(
     columns: &LedgerColumns,
     items: &mut [ReopenItem],
     batch: usize,
-) -> Result<(), String> {
+) -> Result<(), WriteError> {
     let LedgerColumns { msg_id, action } = columns;
     let mut current: HashMap<String, String> = HashMap::new();
     for chunk in items.chunks(batch.clamp(1, 1000)) {
@@ -402,7 +405,7 @@ async fn classify(
             q.push(")");
             q.build_query_as::<(String, String)>().fetch_all(&mut *c).await
         })
-        .map_err(|e| format!("reading the current actions: {e}"))?;
+        .map_err(WriteError::doing("reading the current actions"))?;
         current.extend(rows);
     }
     for item in items.iter_mut() {

@@ -1,0 +1,235 @@
+//! One database connection of the exporter, whatever its family: connecting (password from
+//! the environment, session time zone), transactions, and reading a wrapped source query
+//! into contract-typed Arrow batches.
+//!
+//! Errors are typed ([`ExportError`], [`ReadError`]); the caller adds the source and table
+//! and scrubs the password when it renders them. Timestamps leave this module as UTC microseconds: zone-less values
+//! (MySQL DATETIME/TIMESTAMP, Postgres `timestamp`, SQLite text without an offset) are
+//! read in the source's fixed offset, which is also the session time zone.
+
+use datafusion::arrow::record_batch::RecordBatch;
+use futures::TryStreamExt;
+use sqlx::mysql::MySqlConnection;
+use sqlx::postgres::PgConnection;
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{Column, Connection, Executor, Statement};
+use tokio::sync::mpsc;
+
+use super::batch::{BatchBuilder, ValueError};
+use super::error::ExportError;
+use crate::config::job::Driver;
+use crate::snapshot::Table;
+use crate::time::Micros;
+
+mod connect;
+mod decode;
+mod family;
+mod scrub;
+mod zone;
+
+pub use connect::connect;
+pub use decode::{ColumnRead, Decoder, ResultColumn};
+use family::Family;
+pub use scrub::scrub;
+pub use zone::{from_naive, naive, parse_sqlite_timestamp, sqlite_text, utc};
+
+/// How to connect to one database.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Database family.
+    pub driver: Driver,
+    /// URL without password.
+    pub url: String,
+    /// The password, from `password_env`.
+    pub password: Option<String>,
+    /// Offset of zone-less values, seconds east of UTC.
+    pub offset_secs: i32,
+    /// Open SQLite read-only (export) or read-write (loader).
+    pub read_only: bool,
+}
+
+impl Target {
+    /// Removes the password (plain and URL-encoded) and any URL userinfo password from a message.
+    pub fn scrub(&self, message: &str) -> String {
+        scrub(message, self.password.as_deref())
+    }
+}
+
+/// An open connection.
+pub enum Conn {
+    /// MySQL or MariaDB.
+    MySql(MySqlConnection),
+    /// PostgreSQL.
+    Postgres(PgConnection),
+    /// SQLite.
+    Sqlite(SqliteConnection),
+}
+
+/// The four parameters of a chunk read: the source's lower bound and cut, then the range.
+#[derive(Debug, Clone, Copy)]
+pub struct Binds {
+    /// `since - lookback`, UTC µs.
+    pub lower: Micros,
+    /// The cut, UTC µs.
+    pub cut: Micros,
+    /// Offset of the source, seconds east of UTC.
+    pub offset_secs: i32,
+}
+
+impl Conn {
+    /// Runs a statement without parameters (text protocol), e.g. transaction control.
+    pub async fn execute(&mut self, sql: &str) -> Result<(), sqlx::Error> {
+        crate::on_conn!(self, c, DB => c.execute(sql).await.map(drop))
+    }
+
+    /// Runs a query returning one text value.
+    pub async fn query_text(&mut self, sql: &str) -> Result<String, sqlx::Error> {
+        crate::on_conn!(self, c, DB => sqlx::query_scalar(sql).fetch_one(c).await)
+    }
+
+    /// Closes the connection politely.
+    pub async fn close(self) {
+        let _ = crate::on_conn!(self, c, DB => c.close().await);
+    }
+
+    /// The result columns (name, type name, decoder per kind) of a statement, by preparing it.
+    pub async fn columns(&mut self, sql: &str) -> Result<Vec<ResultColumn>, sqlx::Error> {
+        crate::on_conn!(self, c, DB => {
+            let statement = c.prepare(sql).await?;
+            let columns = statement.columns().iter();
+            Ok(columns.map(|col| DB::describe(col.name(), col.type_info())).collect())
+        })
+    }
+
+    /// Runs the plan query: `(count, non-null order_ids, min, max)`.
+    pub async fn plan(
+        &mut self,
+        sql: &str,
+        binds: Binds,
+    ) -> Result<(i64, i64, Option<i64>, Option<i64>), sqlx::Error> {
+        type Plan = (i64, i64, Option<i64>, Option<i64>);
+        let Binds { lower, cut, offset_secs: offset } = binds;
+        crate::on_conn!(self, c, DB => {
+            sqlx::query_as::<_, Plan>(sql)
+                .bind(DB::bound(lower, offset))
+                .bind(DB::bound(cut, offset))
+                .fetch_one(c)
+                .await
+        })
+    }
+
+    /// Runs the count query of one range.
+    pub async fn count(
+        &mut self,
+        sql: &str,
+        binds: Binds,
+        lo: i64,
+        hi: i64,
+    ) -> Result<i64, sqlx::Error> {
+        let Binds { lower, cut, offset_secs: offset } = binds;
+        crate::on_conn!(self, c, DB => {
+            sqlx::query_scalar(sql)
+                .bind(DB::bound(lower, offset))
+                .bind(DB::bound(cut, offset))
+                .bind(lo)
+                .bind(hi)
+                .fetch_one(c)
+                .await
+        })
+    }
+
+    /// Streams the rows of one range into batches of `batch_rows`, sent on `tx`; returns the
+    /// number of rows. `Err` is a scrubbed-later message (database error or bad value).
+    pub async fn read(
+        &mut self,
+        read: &ChunkRead<'_>,
+        lo: i64,
+        hi: i64,
+        tx: &mpsc::Sender<Result<RecordBatch, ExportError>>,
+    ) -> Result<u64, ReadError> {
+        let Binds { lower, cut, offset_secs: offset } = read.binds;
+        let mut sink = Sink {
+            builder: BatchBuilder::new(read.table, read.batch_rows),
+            batch_rows: read.batch_rows,
+            tx,
+            rows: 0,
+        };
+        crate::on_conn!(self, c, DB => {
+            let mut rows = sqlx::query(read.sql)
+                .bind(DB::bound(lower, offset))
+                .bind(DB::bound(cut, offset))
+                .bind(lo)
+                .bind(hi)
+                .fetch(c);
+            while let Some(row) = rows.try_next().await.map_err(ReadError::Database)? {
+                sink.row(|b| DB::fill(&row, read.columns, offset, b)).await?;
+            }
+        });
+        sink.flush().await?;
+        Ok(sink.rows)
+    }
+}
+
+/// What a chunk read needs besides its range.
+pub struct ChunkRead<'a> {
+    /// The wrapped data query.
+    pub sql: &'a str,
+    /// The contract columns, in contract order.
+    pub columns: &'a [ColumnRead],
+    /// Bound parameters.
+    pub binds: Binds,
+    /// The table.
+    pub table: Table,
+    /// Rows per batch.
+    pub batch_rows: usize,
+}
+
+/// Why a chunk read stopped.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The database or the connection failed.
+    Database(sqlx::Error),
+    /// A value breaks the contract (message names the column and row).
+    Value(String),
+    /// A broken invariant while decoding (message names the column and row).
+    Internal(String),
+    /// The writer stopped listening (it failed elsewhere).
+    Closed,
+}
+
+struct Sink<'a> {
+    builder: BatchBuilder,
+    batch_rows: usize,
+    tx: &'a mpsc::Sender<Result<RecordBatch, ExportError>>,
+    rows: u64,
+}
+
+impl Sink<'_> {
+    async fn row(
+        &mut self,
+        fill: impl FnOnce(&mut BatchBuilder) -> Result<(), ValueError>,
+    ) -> Result<(), ReadError> {
+        let row = self.rows + 1;
+        fill(&mut self.builder).map_err(|e| match e {
+            ValueError::Invalid(m) => ReadError::Value(format!("row {row} of the chunk: {m}")),
+            ValueError::Internal(m) => ReadError::Internal(format!("row {row} of the chunk: {m}")),
+        })?;
+        self.builder.end_row();
+        self.rows += 1;
+        if self.builder.rows() >= self.batch_rows {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), ReadError> {
+        if self.builder.rows() == 0 {
+            return Ok(());
+        }
+        let batch = self.builder.finish().map_err(|e| match e {
+            ValueError::Invalid(m) => ReadError::Value(m),
+            ValueError::Internal(m) => ReadError::Internal(m),
+        })?;
+        self.tx.send(Ok(batch)).await.map_err(|_| ReadError::Closed)
+    }
+}

@@ -1,0 +1,232 @@
+//! The simulated fulfilment chain: one order's life, its messages on `order-event`, the
+//! consumer group's conditional-skip handler (DESIGN.md §1) and the providers' receipts.
+//!
+//! Faults are not sampled as rows: a fault perturbs the *mechanism* (a zombie consumer
+//! finishing a message after a rebalance, a crash between the provider call and the
+//! ledger write, a provider that loses a call, a consumer lagging past the cut, ...) and
+//! the handler then decides exactly as production would, on the order status it sees
+//! at that instant. Every fault also records what it should make a correct run report
+//! ([`Expect`]), which the tests hold the ground truth to.
+//!
+//! Invariants: one order's rows depend only on `(seed, order_id)` and the world's
+//! settings; per partition, offsets are handed out gap-free in order-id order and, within
+//! one order, in the order its messages were produced.
+use super::rng::{mix, SplitMix64};
+use super::FaultRates;
+use crate::time::{Micros, DAY_MICROS};
+
+/// The topic every message is on.
+pub const TOPIC: &str = "order-event";
+/// The order of the canonical incident.
+pub const INCIDENT_ORDER: i64 = 8821;
+/// The ORDER_PAID message of the canonical incident (handled second, wrongly SKIPPED).
+pub const INCIDENT_PAID_MSG: &str = "msg-7391";
+/// The ORDER_SHIPPED message of the canonical incident (handled first, after a rebalance).
+pub const INCIDENT_SHIPPED_MSG: &str = "msg-7392";
+
+const MS: Micros = 1_000;
+const SECOND: Micros = 1_000_000;
+const MINUTE: Micros = 60 * SECOND;
+const HOUR: Micros = 60 * MINUTE;
+/// Nothing happens in the last seconds before the cut unless a fault says so: the cut is
+/// taken at a quiet point, so that a fault-free workload has no finding at all (every
+/// message produced by the cut is handled, with its receipts, by the cut).
+const QUIET: Micros = 5 * SECOND;
+/// Time between two rebalances of the consumer group.
+const REBALANCE_PERIOD: Micros = 3 * HOUR;
+
+mod expect;
+mod faults;
+mod model;
+mod simulate;
+
+pub use model::{
+    action, receipt, Expect, ExpectTarget, Fault, LedgerEntry, MsgId, OrderRows, Provider,
+    ReceiptEntry, Status, StatusChange,
+};
+use simulate::Mechanism;
+
+/// The simulated world: time frame, topic layout, consumer group and fault rates.
+#[derive(Debug, Clone)]
+pub struct World {
+    seed: u64,
+    partitions: u32,
+    consumers: u32,
+    cut: Micros,
+    since: Micros,
+    /// Orders are created in `[start, start + span)`.
+    start: Micros,
+    span: Micros,
+    /// The databases are dumped at this instant: later status changes have not happened.
+    horizon: Micros,
+    /// First rebalance boundary.
+    epoch: Micros,
+    rates: FaultRates,
+    incident: bool,
+    grace: [Micros; 3],
+}
+
+impl World {
+    /// A world with `partitions` partitions, `consumers` instances, the cut and window
+    /// `(cut - 1 day, cut]`, and the graces of the rules of each provider's effect.
+    pub fn new(
+        seed: u64,
+        partitions: u32,
+        consumers: u32,
+        cut: Micros,
+        rates: FaultRates,
+        incident: bool,
+        grace: [Micros; 3],
+    ) -> Self {
+        let start = cut - 2 * DAY_MICROS;
+        let epoch = start + (mix(seed ^ 0xEB0C) % REBALANCE_PERIOD as u64) as Micros;
+        World {
+            seed,
+            partitions: partitions.max(1),
+            consumers: consumers.max(1),
+            cut,
+            since: cut - DAY_MICROS,
+            start,
+            span: 2 * DAY_MICROS + 2 * HOUR,
+            horizon: cut + 6 * HOUR,
+            epoch,
+            rates,
+            incident,
+            grace,
+        }
+    }
+
+    /// The same world with orders created from `first_cut - 2 days` on instead of
+    /// `cut - 2 days`: the continuing world of `gen --nights`, whose earlier nights see
+    /// it at earlier cuts. Faults placed relative to the cut (edge, unconsumed, the
+    /// incident) stay relative to the last cut.
+    pub fn starting_before(mut self, first_cut: Micros) -> Self {
+        let start = first_cut.min(self.cut) - 2 * DAY_MICROS;
+        self.span += self.start - start;
+        self.start = start;
+        self
+    }
+
+    /// The consumer owning `partition` at `t` (ownership rotates at every rebalance).
+    pub fn owner_at(&self, partition: i32, t: Micros) -> u32 {
+        self.owner(partition, t)
+    }
+
+    /// The partition of an order: `hash(order_id) % partitions`.
+    pub fn partition(&self, order_id: i64) -> i32 {
+        (mix(order_id as u64) % self.partitions as u64) as i32
+    }
+
+    /// The number of partitions.
+    pub fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
+    /// Simulates one order into `out`; `offsets` holds the next offset of every partition.
+    pub fn simulate(&self, order_id: i64, offsets: &mut [i64], out: &mut OrderRows) {
+        out.reset(order_id);
+        let mut rng = SplitMix64::for_order(self.seed, order_id);
+        let fault = if self.incident && order_id == INCIDENT_ORDER {
+            Some(Fault::Incident)
+        } else {
+            self.rates.pick(rng.unit())
+        };
+        out.fault = fault;
+        match fault {
+            None => self.lifecycle(&mut rng, Mechanism::Normal, true, out),
+            Some(Fault::Orphan) => self.orphan(&mut rng, true, out),
+            Some(Fault::Edge) => self.edge(&mut rng, out),
+            Some(Fault::Incident) => self.incident_order(&mut rng, out),
+            Some(fault) => {
+                let mechanism = self.mechanism(&mut rng, fault);
+                self.lifecycle(&mut rng, mechanism, true, out);
+                self.expect(mechanism, out);
+            }
+        }
+        self.finish(offsets, out);
+    }
+
+    /// Drops what had not happened when the databases were dumped, then hands out offsets.
+    fn finish(&self, offsets: &mut [i64], out: &mut OrderRows) {
+        let horizon = self.horizon;
+        out.history.retain(|c| c.at <= horizon);
+        out.ledger.retain(|e| e.produced <= horizon);
+        out.receipts.retain(|r| r.produced.unwrap_or(r.created_at) <= horizon);
+        for entry in &mut out.ledger {
+            let next = &mut offsets[entry.partition as usize];
+            entry.offset = *next;
+            *next += 1;
+        }
+    }
+
+    fn grace(&self, provider: Provider) -> Micros {
+        self.grace[provider.index()]
+    }
+
+    /// Consumer owning `partition` at `t`: ownership rotates at every rebalance.
+    fn owner(&self, partition: i32, t: Micros) -> u32 {
+        let generation = (t - self.epoch).div_euclid(REBALANCE_PERIOD);
+        (partition as i64 + generation).rem_euclid(self.consumers as i64) as u32
+    }
+
+    fn next_rebalance(&self, t: Micros) -> Micros {
+        self.epoch + ((t - self.epoch).div_euclid(REBALANCE_PERIOD) + 1) * REBALANCE_PERIOD
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CUT: Micros = 1_796_000_400_000_000;
+
+    fn world(rates: FaultRates) -> World {
+        World::new(7, 24, 8, CUT, rates, true, [30 * MINUTE; 3])
+    }
+
+    #[test]
+    fn handler_is_the_conditional_skip() {
+        let w = world(FaultRates::none());
+        let mut offsets = vec![0; 24];
+        let mut out = OrderRows::default();
+        for order_id in 1..500 {
+            w.simulate(order_id, &mut offsets, &mut out);
+            for e in &out.ledger {
+                assert_eq!(e.action == action::DONE, e.observed == e.event, "{e:?}");
+                assert_eq!(e.partition, w.partition(order_id));
+            }
+            let done_paid =
+                out.ledger.iter().any(|e| e.event == Status::Paid && e.action == action::DONE);
+            let points = out.receipts.iter().filter(|r| r.provider == Provider::Points).count();
+            assert_eq!(points, usize::from(done_paid), "order {order_id}");
+        }
+    }
+
+    #[test]
+    fn incident_is_shipped_before_paid() {
+        let w = world(FaultRates::none());
+        let mut out = OrderRows::default();
+        w.simulate(INCIDENT_ORDER, &mut [0; 24], &mut out);
+        let paid = out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_PAID_MSG)).unwrap();
+        let shipped =
+            out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_SHIPPED_MSG)).unwrap();
+        assert_eq!((paid.action, paid.observed), (action::SKIPPED, Status::Shipped));
+        assert!(paid.offset < shipped.offset && paid.decided_at > shipped.decided_at);
+        assert_eq!(out.change(Status::Paid), Some(CUT - 8 * HOUR));
+    }
+
+    #[test]
+    fn offsets_are_gap_free_per_partition() {
+        let w = world(FaultRates::default());
+        let mut offsets = vec![0; 24];
+        let mut out = OrderRows::default();
+        let mut seen = vec![Vec::new(); 24];
+        for order_id in 1..2000 {
+            w.simulate(order_id, &mut offsets, &mut out);
+            out.ledger.iter().for_each(|e| seen[e.partition as usize].push(e.offset));
+        }
+        for (p, offsets) in seen.iter().enumerate() {
+            assert_eq!(*offsets, (0..offsets.len() as i64).collect::<Vec<_>>(), "partition {p}");
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The vocabulary of the simulated chain: statuses, providers, message ids, the rows an
+//! order leaves in the three sources, the planted faults and what each must make a
+//! correct run report.
+
+use std::fmt;
+
+use crate::time::Micros;
+
+/// Ledger actions the handler writes.
+pub mod action {
+    /// The side effects were performed.
+    pub const DONE: &str = "DONE";
+    /// The order status did not match: nothing done.
+    pub const SKIPPED: &str = "SKIPPED";
+    /// Parked for a human who never came.
+    pub const PENDING_REVIEW: &str = "PENDING_REVIEW";
+    /// Revoked by an operator (to be re-driven; it never was).
+    pub const REVOKED: &str = "REVOKED";
+}
+
+/// Receipt statuses the providers write.
+pub mod receipt {
+    /// The call succeeded.
+    pub const SUCCEEDED: &str = "SUCCEEDED";
+    /// The call failed.
+    pub const FAILED: &str = "FAILED";
+    /// The effect was undone afterwards.
+    pub const REVERSED: &str = "REVERSED";
+}
+
+/// An order status; each change to one emits `ORDER_<STATUS>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Placed.
+    Created,
+    /// Paid: points and a WMS stock lock are owed.
+    Paid,
+    /// Shipped: a waybill is owed.
+    Shipped,
+    /// Delivered.
+    Delivered,
+    /// Completed.
+    Completed,
+    /// Cancelled: voids every effect.
+    Cancelled,
+    /// Refunded: voids points and the stock lock.
+    Refunded,
+}
+
+impl Status {
+    /// The status as stored.
+    pub fn name(self) -> &'static str {
+        match self {
+            Status::Created => "CREATED",
+            Status::Paid => "PAID",
+            Status::Shipped => "SHIPPED",
+            Status::Delivered => "DELIVERED",
+            Status::Completed => "COMPLETED",
+            Status::Cancelled => "CANCELLED",
+            Status::Refunded => "REFUNDED",
+        }
+    }
+
+    /// The event type of a change to this status.
+    pub fn event_type(self) -> &'static str {
+        match self {
+            Status::Created => "ORDER_CREATED",
+            Status::Paid => "ORDER_PAID",
+            Status::Shipped => "ORDER_SHIPPED",
+            Status::Delivered => "ORDER_DELIVERED",
+            Status::Completed => "ORDER_COMPLETED",
+            Status::Cancelled => "ORDER_CANCELLED",
+            Status::Refunded => "ORDER_REFUNDED",
+        }
+    }
+
+    /// The providers the handler of this event calls when it decides DONE.
+    pub fn providers(self) -> &'static [Provider] {
+        match self {
+            Status::Paid => &[Provider::Points, Provider::Wms],
+            Status::Shipped => &[Provider::Logistics],
+            _ => &[],
+        }
+    }
+}
+
+/// A side-effect provider; each writes its own receipts table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Provider {
+    /// Loyalty points.
+    Points,
+    /// Warehouse stock locks.
+    Wms,
+    /// Waybills.
+    Logistics,
+}
+
+impl Provider {
+    /// Every provider, in receipts-folder order.
+    pub const ALL: [Provider; 3] = [Provider::Points, Provider::Wms, Provider::Logistics];
+
+    /// `receipts.effect` of its receipts (the rules' effect).
+    pub fn effect(self) -> &'static str {
+        match self {
+            Provider::Points => "points_grant",
+            Provider::Wms => "wms_lock",
+            Provider::Logistics => "logistics_waybill",
+        }
+    }
+
+    /// The receipt source, naming `receipts/<source>/`.
+    pub fn source(self) -> &'static str {
+        match self {
+            Provider::Points => "points",
+            Provider::Wms => "wms",
+            Provider::Logistics => "logistics",
+        }
+    }
+
+    /// Position in [`Provider::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A message id, formatted only when written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MsgId {
+    /// `msg-<order_id>-<seq>`: the `seq`-th message of an order.
+    Event {
+        /// The order.
+        order_id: i64,
+        /// Position of the status change in the order's history.
+        seq: u8,
+    },
+    /// A fixed id (the canonical incident).
+    Named(&'static str),
+}
+
+impl fmt::Display for MsgId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MsgId::Event { order_id, seq } => write!(f, "msg-{order_id}-{seq}"),
+            MsgId::Named(name) => f.write_str(name),
+        }
+    }
+}
+
+/// One row of `status_history`.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusChange {
+    /// The new status.
+    pub status: Status,
+    /// When it changed.
+    pub at: Micros,
+}
+
+/// One row of the ledger: a consumed message and the handler's decision.
+#[derive(Debug, Clone, Copy)]
+pub struct LedgerEntry {
+    /// The message.
+    pub msg_id: MsgId,
+    /// The status change it announces (its event type and expected status).
+    pub event: Status,
+    /// When the message was produced (not written; decides whether it exists at dump time).
+    pub produced: Micros,
+    /// DONE, SKIPPED, PENDING_REVIEW or REVOKED.
+    pub action: &'static str,
+    /// The order status the handler saw.
+    pub observed: Status,
+    /// Kafka partition.
+    pub partition: i32,
+    /// Kafka offset (assigned last, gap-free per partition).
+    pub offset: i64,
+    /// Consumer instance number (`consumer-<n>`).
+    pub consumer: u32,
+    /// When the decision was recorded.
+    pub decided_at: Micros,
+}
+
+/// One receipt of a provider.
+#[derive(Debug, Clone, Copy)]
+pub struct ReceiptEntry {
+    /// Whose receipt.
+    pub provider: Provider,
+    /// Per (order, provider) sequence number; the receipt id is `<source>-<order_id>-<seq>`.
+    pub seq: u32,
+    /// The message whose handling made the call (`None`: a manual call).
+    pub msg_id: Option<MsgId>,
+    /// When the causing message was produced (`None`: not caused by a message).
+    pub produced: Option<Micros>,
+    /// SUCCEEDED, FAILED or REVERSED.
+    pub status: &'static str,
+    /// When the provider recorded it.
+    pub created_at: Micros,
+}
+
+/// What one planted fault must make a correct run report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectTarget {
+    /// A finding of this provider's effect on the order.
+    Finding(Provider),
+    /// The skip verdict of this message.
+    SkipVerdict(MsgId),
+}
+
+/// An expectation of a planted fault, judged against the ground truth.
+#[derive(Debug, Clone, Copy)]
+pub struct Expect {
+    /// Which truth row.
+    pub target: ExpectTarget,
+    /// Accepted classes (findings) or verdicts (skip verdicts); empty = the row must be absent.
+    pub allowed: &'static [&'static str],
+    /// For findings, the exact verdict when the fault pins it.
+    pub verdict: Option<&'static str>,
+    /// The instant the row is judged at; the expectation holds when it is inside the window.
+    pub judged_at: Micros,
+}
+
+/// The planted faults, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fault {
+    /// ORDER_PAID finished by a zombie consumer after a rebalance, after the fast
+    /// ORDER_SHIPPED: SKIPPED on SHIPPED (the incident).
+    Reorder,
+    /// A reorder whose lost effects were granted by hand later.
+    Compensated,
+    /// Cancelled or refunded before the handler ran: a correct skip.
+    CancelRace,
+    /// DONE, but a provider lost (or failed) the call.
+    LostCall,
+    /// A crash between the provider call and the ledger write: the redelivered message
+    /// calls a non-idempotent provider again.
+    Duplicate,
+    /// A manual grant on an order that was never paid (or does not exist).
+    Orphan,
+    /// Parked as PENDING_REVIEW and forgotten.
+    Stalled,
+    /// ORDER_PAID consumed only after the cut.
+    Unconsumed,
+    /// The ledger row revoked by an operator; never re-driven.
+    Revoked,
+    /// An instant placed exactly on a window boundary.
+    Edge,
+    /// The canonical incident of order 8821.
+    Incident,
+}
+
+impl Fault {
+    /// Every fault, in report order.
+    pub const ALL: [Fault; 11] = [
+        Fault::Reorder,
+        Fault::Compensated,
+        Fault::CancelRace,
+        Fault::LostCall,
+        Fault::Duplicate,
+        Fault::Orphan,
+        Fault::Stalled,
+        Fault::Unconsumed,
+        Fault::Revoked,
+        Fault::Edge,
+        Fault::Incident,
+    ];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Reorder => "reorder",
+            Fault::Compensated => "compensated",
+            Fault::CancelRace => "cancel_race",
+            Fault::LostCall => "lost_call",
+            Fault::Duplicate => "duplicate",
+            Fault::Orphan => "orphan",
+            Fault::Stalled => "stalled",
+            Fault::Unconsumed => "unconsumed",
+            Fault::Revoked => "revoked",
+            Fault::Edge => "edge",
+            Fault::Incident => "incident",
+        }
+    }
+}
+
+/// Everything one order left in the three sources, and what its fault should cause.
+#[derive(Debug, Clone, Default)]
+pub struct OrderRows {
+    /// The order.
+    pub order_id: i64,
+    /// Its status changes, in time order.
+    pub history: Vec<StatusChange>,
+    /// Its ledger rows, in message order.
+    pub ledger: Vec<LedgerEntry>,
+    /// Its receipts, all providers.
+    pub receipts: Vec<ReceiptEntry>,
+    /// The planted fault, if any.
+    pub fault: Option<Fault>,
+    /// What the fault should make a correct run report.
+    pub expects: Vec<Expect>,
+}
+
+impl OrderRows {
+    pub(super) fn reset(&mut self, order_id: i64) {
+        self.order_id = order_id;
+        self.history.clear();
+        self.ledger.clear();
+        self.receipts.clear();
+        self.fault = None;
+        self.expects.clear();
+    }
+
+    pub(super) fn status_at(&self, t: Micros) -> Status {
+        self.history.iter().take_while(|c| c.at <= t).last().map_or(Status::Created, |c| c.status)
+    }
+
+    /// When the order first changed to `status`, if it did.
+    pub fn change(&self, status: Status) -> Option<Micros> {
+        self.history.iter().find(|c| c.status == status).map(|c| c.at)
+    }
+
+    /// The sequence number of the provider's next receipt for this order.
+    pub fn next_receipt_seq(&self, provider: Provider) -> u32 {
+        self.receipts.iter().filter(|r| r.provider == provider).count() as u32
+    }
+
+    pub(super) fn shift(&mut self, delta: Micros) {
+        self.history.iter_mut().for_each(|c| c.at += delta);
+        for entry in &mut self.ledger {
+            entry.produced += delta;
+            entry.decided_at += delta;
+        }
+        for r in &mut self.receipts {
+            r.created_at += delta;
+            r.produced = r.produced.map(|p| p + delta);
+        }
+        self.expects.iter_mut().for_each(|e| e.judged_at += delta);
+    }
+}

@@ -1,0 +1,364 @@
+//! The mechanism of one order's life: its status timeline, the messages it emits, the
+//! conditional-skip handler deciding on each, and the providers' receipts, each with the
+//! perturbation of the order's fault.
+
+use super::model::{action, receipt, Fault, LedgerEntry, MsgId, OrderRows, ReceiptEntry};
+use super::model::{Provider, Status, StatusChange};
+use super::{World, HOUR, MINUTE, MS, QUIET, SECOND};
+use crate::time::Micros;
+use crate::workload::rng::SplitMix64;
+
+/// How a provider lost a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Loss {
+    /// No receipt at all.
+    Missing,
+    /// A FAILED receipt; the handler marked DONE anyway.
+    Failed,
+    /// FAILED, then a successful retry: nothing lost.
+    Retried,
+}
+
+/// The mechanism that perturbs an order's handling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mechanism {
+    Normal,
+    /// The happy path, unperturbed (edge orders need a paid order that stays paid).
+    Plain,
+    /// ORDER_PAID held by a zombie consumer until after ORDER_SHIPPED was handled.
+    Zombie {
+        compensate: bool,
+    },
+    /// The message of the status before the final cancellation is handled after it.
+    CancelRace,
+    LostCall {
+        status: Status,
+        provider: Provider,
+        loss: Loss,
+    },
+    Duplicate {
+        status: Status,
+        provider: Provider,
+        reversed: bool,
+    },
+    Stalled {
+        status: Status,
+    },
+    Revoked {
+        status: Status,
+    },
+    /// ORDER_PAID handled only after the cut.
+    Unconsumed,
+}
+
+impl World {
+    pub(super) fn mechanism(&self, rng: &mut SplitMix64, fault: Fault) -> Mechanism {
+        let status = if rng.chance(0.6) { Status::Paid } else { Status::Shipped };
+        let providers = status.providers();
+        let provider = providers[rng.index(providers.len())];
+        match fault {
+            Fault::Reorder => Mechanism::Zombie { compensate: false },
+            Fault::Compensated => Mechanism::Zombie { compensate: true },
+            Fault::CancelRace => Mechanism::CancelRace,
+            Fault::LostCall => {
+                let loss = [Loss::Missing, Loss::Failed, Loss::Retried][rng.index(3)];
+                Mechanism::LostCall { status, provider, loss }
+            }
+            Fault::Duplicate => {
+                Mechanism::Duplicate { status, provider, reversed: rng.chance(0.25) }
+            }
+            Fault::Stalled => Mechanism::Stalled { status },
+            Fault::Revoked => Mechanism::Revoked { status },
+            Fault::Unconsumed => Mechanism::Unconsumed,
+            Fault::Orphan | Fault::Edge | Fault::Incident => Mechanism::Normal,
+        }
+    }
+
+    /// Builds the status history, then handles each of its messages.
+    pub(super) fn lifecycle(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        quiet: bool,
+        out: &mut OrderRows,
+    ) {
+        self.timeline(rng, mechanism, out);
+        if quiet {
+            self.quiet_before_cut(out);
+        }
+        self.handle_messages(rng, mechanism, out);
+        if let Mechanism::Zombie { compensate: true } = mechanism {
+            self.compensate_by_hand(rng, out);
+        }
+    }
+
+    /// CREATED → PAID → SHIPPED → DELIVERED → COMPLETED, with cancellations and refunds.
+    /// Faulted orders keep to the happy path (but for their fault), so that an unrelated
+    /// cancellation cannot hide what was planted.
+    fn timeline(&self, rng: &mut SplitMix64, mechanism: Mechanism, out: &mut OrderRows) {
+        let normal = mechanism == Mechanism::Normal;
+        let t0 = self.start + rng.between(0, self.span);
+        let push = |out: &mut OrderRows, status, at| out.history.push(StatusChange { status, at });
+        push(out, Status::Created, t0);
+        if normal && rng.chance(0.05) {
+            if rng.chance(0.5) {
+                push(out, Status::Cancelled, t0 + rng.between(10 * MINUTE, 3 * HOUR));
+            }
+            return;
+        }
+        let paid = t0 + rng.between(30 * SECOND, 20 * MINUTE);
+        push(out, Status::Paid, paid);
+        let race_on_paid = mechanism == Mechanism::CancelRace && rng.chance(0.7);
+        if race_on_paid {
+            let status = if rng.chance(0.3) { Status::Refunded } else { Status::Cancelled };
+            push(out, status, paid + rng.between(100 * MS, SECOND));
+            return;
+        }
+        if normal && rng.chance(0.03) {
+            let status = if rng.chance(0.35) { Status::Refunded } else { Status::Cancelled };
+            push(out, status, paid + rng.between(5 * MINUTE, 6 * HOUR));
+            return;
+        }
+        let fast = matches!(mechanism, Mechanism::Zombie { .. }) || (normal && rng.chance(0.15));
+        let shipped = paid
+            + if fast {
+                rng.between(MINUTE, 5 * MINUTE)
+            } else {
+                rng.between(40 * MINUTE, 20 * HOUR)
+            };
+        push(out, Status::Shipped, shipped);
+        if mechanism == Mechanism::CancelRace {
+            push(out, Status::Cancelled, shipped + rng.between(100 * MS, SECOND));
+            return;
+        }
+        let delivered = shipped + rng.between(6 * HOUR, 48 * HOUR);
+        push(out, Status::Delivered, delivered);
+        if normal && rng.chance(0.03) {
+            push(out, Status::Refunded, delivered + rng.between(HOUR, 24 * HOUR));
+            return;
+        }
+        push(out, Status::Completed, delivered + rng.between(2 * HOUR, 24 * HOUR));
+        self.snap(rng, mechanism, out);
+    }
+
+    /// Moves a faulted timeline to where its mechanism can strike: a zombie's ORDER_PAID
+    /// just before a rebalance, an unconsumed one some time before the cut.
+    fn snap(&self, rng: &mut SplitMix64, mechanism: Mechanism, out: &mut OrderRows) {
+        let Some(paid) = out.change(Status::Paid) else { return };
+        let target = match mechanism {
+            Mechanism::Zombie { .. } => {
+                self.next_rebalance(paid) - rng.between(SECOND, 90 * SECOND)
+            }
+            Mechanism::Unconsumed => self.cut - rng.between(35 * MINUTE, 8 * HOUR),
+            _ => return,
+        };
+        out.shift(target - paid);
+    }
+
+    /// Changes in the last [`QUIET`] before the cut happen just after it instead.
+    pub(super) fn quiet_before_cut(&self, out: &mut OrderRows) {
+        for change in &mut out.history {
+            if change.at >= self.cut - QUIET {
+                change.at += QUIET + 1;
+            }
+        }
+    }
+
+    /// One message per status change, each handled by the owner of the partition.
+    pub(super) fn handle_messages(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        out: &mut OrderRows,
+    ) {
+        let partition = self.partition(out.order_id);
+        let last = out.history.len().saturating_sub(1);
+        for seq in 0..out.history.len() {
+            let StatusChange { status, at } = out.history[seq];
+            let msg_id = MsgId::Event { order_id: out.order_id, seq: seq as u8 };
+            let produced = at + rng.between(MS, 30 * MS);
+            let mut start = produced + rng.between(5 * MS, 1500 * MS);
+            let mut consumer = self.owner(partition, start);
+            match mechanism {
+                Mechanism::Zombie { .. } if status == Status::Paid => {
+                    // The old owner fetched it before the rebalance and finishes it late.
+                    consumer = self.owner(partition, produced);
+                    let shipped = out.change(Status::Shipped).unwrap_or(at);
+                    start = shipped + rng.between(MINUTE, 10 * MINUTE);
+                }
+                Mechanism::CancelRace if seq + 1 == last => {
+                    start = out.history[last].at + rng.between(10 * MS, 500 * MS);
+                    consumer = self.owner(partition, start);
+                }
+                Mechanism::Unconsumed if status == Status::Paid => {
+                    start = self.cut + rng.between(MINUTE, 2 * HOUR);
+                    consumer = self.owner(partition, start);
+                }
+                _ => {}
+            }
+            let entry = LedgerEntry {
+                msg_id,
+                event: status,
+                produced,
+                action: action::SKIPPED,
+                observed: out.status_at(start),
+                partition,
+                offset: 0,
+                consumer,
+                decided_at: start,
+            };
+            let entry = self.decide(rng, mechanism, entry, out);
+            out.ledger.push(entry);
+        }
+    }
+
+    /// The conditional skip of DESIGN.md §1, with the mechanism's perturbation.
+    fn decide(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        mut entry: LedgerEntry,
+        out: &mut OrderRows,
+    ) -> LedgerEntry {
+        let status = entry.event;
+        match mechanism {
+            Mechanism::Stalled { status: s } if s == status => {
+                entry.action = action::PENDING_REVIEW;
+                entry.decided_at += rng.between(MS, 10 * MS);
+                return entry;
+            }
+            Mechanism::Revoked { status: s } if s == status => {
+                entry.action = action::REVOKED;
+                entry.decided_at += rng.between(MS, 10 * MS);
+                return entry;
+            }
+            _ => {}
+        }
+        if entry.observed != status {
+            entry.action = action::SKIPPED;
+            entry.decided_at += rng.between(MS, 10 * MS);
+            return entry;
+        }
+        let t = self.call_providers(rng, mechanism, &entry, out);
+        if let Mechanism::Duplicate { status: s, provider, reversed } = mechanism {
+            if s == status {
+                return self.redeliver(rng, entry, provider, reversed, t, out);
+            }
+        }
+        entry.action = action::DONE;
+        entry.decided_at = t + rng.between(MS, 20 * MS);
+        entry
+    }
+
+    /// The handler calls each provider of the status in turn, one of them perhaps losing
+    /// the call; returns the instant the last call returned.
+    fn call_providers(
+        &self,
+        rng: &mut SplitMix64,
+        mechanism: Mechanism,
+        entry: &LedgerEntry,
+        out: &mut OrderRows,
+    ) -> Micros {
+        let status = entry.event;
+        let mut t = entry.decided_at;
+        for &provider in status.providers() {
+            t += rng.between(2 * MS, 80 * MS);
+            let lost = match mechanism {
+                Mechanism::LostCall { status: s, provider: p, loss }
+                    if s == status && p == provider =>
+                {
+                    Some(loss)
+                }
+                _ => None,
+            };
+            match lost {
+                None => self.receipt(out, provider, entry, receipt::SUCCEEDED, t),
+                Some(Loss::Missing) => {}
+                Some(Loss::Failed) => self.receipt(out, provider, entry, receipt::FAILED, t),
+                Some(Loss::Retried) => {
+                    self.receipt(out, provider, entry, receipt::FAILED, t);
+                    t += rng.between(200 * MS, 2 * SECOND);
+                    self.receipt(out, provider, entry, receipt::SUCCEEDED, t);
+                }
+            }
+        }
+        t
+    }
+
+    /// The consumer crashed after the provider calls, before the ledger write: the group
+    /// rebalances and the next owner handles the message again. The non-idempotent
+    /// `provider` records a second receipt (`reversed`: undone since by an operator).
+    fn redeliver(
+        &self,
+        rng: &mut SplitMix64,
+        mut entry: LedgerEntry,
+        provider: Provider,
+        reversed: bool,
+        crashed: Micros,
+        out: &mut OrderRows,
+    ) -> LedgerEntry {
+        let start = crashed + rng.between(10 * SECOND, 45 * SECOND);
+        entry.consumer = (entry.consumer + 1) % self.consumers;
+        entry.observed = out.status_at(start);
+        if entry.observed != entry.event {
+            entry.action = action::SKIPPED;
+            entry.decided_at = start + rng.between(MS, 10 * MS);
+            return entry;
+        }
+        let t = start + rng.between(2 * MS, 80 * MS);
+        self.receipt(
+            out,
+            provider,
+            &entry,
+            if reversed { receipt::REVERSED } else { receipt::SUCCEEDED },
+            t,
+        );
+        entry.action = action::DONE;
+        entry.decided_at = t + rng.between(MS, 20 * MS);
+        entry
+    }
+
+    fn receipt(
+        &self,
+        out: &mut OrderRows,
+        provider: Provider,
+        entry: &LedgerEntry,
+        status: &'static str,
+        created_at: Micros,
+    ) {
+        let seq = out.next_receipt_seq(provider);
+        out.receipts.push(ReceiptEntry {
+            provider,
+            seq,
+            msg_id: Some(entry.msg_id),
+            produced: Some(entry.produced),
+            status,
+            created_at,
+        });
+    }
+
+    /// An operator noticed the wrongly skipped ORDER_PAID and granted its effects by hand.
+    fn compensate_by_hand(&self, rng: &mut SplitMix64, out: &mut OrderRows) {
+        let Some(paid) = out
+            .ledger
+            .iter()
+            .find(|e| e.event == Status::Paid && e.action == action::SKIPPED)
+            .copied()
+        else {
+            return;
+        };
+        let mut t = paid.decided_at + rng.between(10 * MINUTE, 6 * HOUR);
+        for &provider in Status::Paid.providers() {
+            let seq = out.next_receipt_seq(provider);
+            out.receipts.push(ReceiptEntry {
+                provider,
+                seq,
+                msg_id: Some(paid.msg_id),
+                produced: None,
+                status: receipt::SUCCEEDED,
+                created_at: t,
+            });
+            t += rng.between(SECOND, MINUTE);
+        }
+    }
+}
