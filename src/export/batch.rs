@@ -15,7 +15,7 @@ use crate::snapshot::{ColumnKind, ColumnSpec, Table, UTC};
 
 /// Why a value could not be appended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ValueError {
+pub(super) enum ValueError {
     /// The value breaks the contract; the message says how (`is NULL; ...`).
     Invalid(String),
     /// A broken invariant of the exporter (a bug, not bad data).
@@ -37,7 +37,7 @@ enum ColumnBuilder {
 }
 
 /// Rows of one table being collected into a batch.
-pub struct BatchBuilder {
+pub(super) struct BatchBuilder {
     schema: SchemaRef,
     specs: &'static [ColumnSpec],
     columns: Vec<ColumnBuilder>,
@@ -46,24 +46,24 @@ pub struct BatchBuilder {
 
 impl BatchBuilder {
     /// An empty builder for `table`.
-    pub fn new(table: Table, capacity: usize) -> Self {
+    pub(super) fn new(table: Table, capacity: usize) -> Self {
         let specs = table.columns();
         let columns = specs.iter().map(|spec| new_column(spec.kind, capacity)).collect();
         BatchBuilder { schema: table.schema(), specs, columns, rows: 0 }
     }
 
     /// The contract columns, in order.
-    pub fn specs(&self) -> &'static [ColumnSpec] {
+    pub(super) fn specs(&self) -> &'static [ColumnSpec] {
         self.specs
     }
 
     /// Rows appended since the last [`BatchBuilder::finish`].
-    pub fn rows(&self) -> usize {
+    pub(super) fn rows(&self) -> usize {
         self.rows
     }
 
     /// Appends an integer (or NULL) to column `index`.
-    pub fn push_int(&mut self, index: usize, value: Option<i64>) -> Result<(), ValueError> {
+    pub(super) fn push_int(&mut self, index: usize, value: Option<i64>) -> Result<(), ValueError> {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Int64(b) => b.append_option(value),
@@ -82,7 +82,11 @@ impl BatchBuilder {
     }
 
     /// Appends a string (or NULL) to column `index`.
-    pub fn push_text(&mut self, index: usize, value: Option<&str>) -> Result<(), ValueError> {
+    pub(super) fn push_text(
+        &mut self,
+        index: usize,
+        value: Option<&str>,
+    ) -> Result<(), ValueError> {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Text(b) => b.append_option(value),
@@ -92,7 +96,11 @@ impl BatchBuilder {
     }
 
     /// Appends an instant in UTC microseconds (or NULL) to column `index`.
-    pub fn push_timestamp(&mut self, index: usize, value: Option<i64>) -> Result<(), ValueError> {
+    pub(super) fn push_timestamp(
+        &mut self,
+        index: usize,
+        value: Option<i64>,
+    ) -> Result<(), ValueError> {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Timestamp(b) => b.append_option(value),
@@ -102,12 +110,12 @@ impl BatchBuilder {
     }
 
     /// Marks the end of a row (after one push per column).
-    pub fn end_row(&mut self) {
+    pub(super) fn end_row(&mut self) {
         self.rows += 1;
     }
 
     /// The rows collected so far as one batch; the builder starts over empty.
-    pub fn finish(&mut self) -> Result<RecordBatch, ValueError> {
+    pub(super) fn finish(&mut self) -> Result<RecordBatch, ValueError> {
         let arrays: Vec<ArrayRef> = self
             .columns
             .iter_mut()

@@ -9,7 +9,7 @@
 use crate::config::job::Driver;
 
 /// The recommended schema of each family (`sql/schema/*.sql`).
-pub fn schema_ddl(driver: Driver) -> &'static str {
+pub(super) fn schema_ddl(driver: Driver) -> &'static str {
     match driver {
         Driver::MySql => include_str!("../../sql/schema/mysql.sql"),
         Driver::Postgres => include_str!("../../sql/schema/postgres.sql"),
@@ -18,7 +18,7 @@ pub fn schema_ddl(driver: Driver) -> &'static str {
 }
 
 /// Statements that open the read transaction on the first (leader) connection.
-pub fn begin_leader(driver: Driver) -> &'static [&'static str] {
+pub(super) fn begin_leader(driver: Driver) -> &'static [&'static str] {
     match driver {
         // The isolation level is set first: START TRANSACTION cannot name it.
         Driver::MySql => &[
@@ -32,25 +32,25 @@ pub fn begin_leader(driver: Driver) -> &'static [&'static str] {
 }
 
 /// Postgres: the leader exports its snapshot so the other connections read the very same one.
-pub const PG_EXPORT_SNAPSHOT: &str = "SELECT pg_export_snapshot()";
+pub(super) const PG_EXPORT_SNAPSHOT: &str = "SELECT pg_export_snapshot()";
 
 /// Postgres: a worker joins the leader's snapshot (the id is checked to be `[0-9A-F-]`).
-pub fn pg_set_snapshot(id: &str) -> String {
+pub(super) fn pg_set_snapshot(id: &str) -> String {
     format!("SET TRANSACTION SNAPSHOT '{id}'")
 }
 
 /// Postgres: zone-less `timestamp` values and parameters are read in the source's offset.
 /// `INTERVAL ... HOUR TO MINUTE` keeps the ISO sign (a bare '+08:00' would be POSIX, reversed).
-pub fn pg_set_time_zone(offset: &str) -> String {
+pub(super) fn pg_set_time_zone(offset: &str) -> String {
     format!("SET TIME ZONE INTERVAL '{offset}' HOUR TO MINUTE")
 }
 
 /// Ends a read transaction.
-pub const ROLLBACK: &str = "ROLLBACK";
+pub(super) const ROLLBACK: &str = "ROLLBACK";
 
 /// The three wrappers of one source query.
 #[derive(Debug, Clone)]
-pub struct Wrapped {
+pub(super) struct Wrapped {
     /// Rows of one `order_id` range, ordered by `order_id`.
     pub data: String,
     /// `COUNT(*)` of the same range.
@@ -60,7 +60,7 @@ pub struct Wrapped {
 }
 
 /// Wraps a source query for chunked reading.
-pub fn wrap(driver: Driver, query: &str) -> Wrapped {
+pub(super) fn wrap(driver: Driver, query: &str) -> Wrapped {
     let (lo, hi) = match driver {
         Driver::Postgres => ("$3", "$4"),
         Driver::MySql | Driver::Sqlite => ("?", "?"),

@@ -17,15 +17,15 @@
 //! * Any failure stops the export before `manifest.json` is written: a snapshot without a
 //!   manifest is incomplete and no reader uses it. No error text carries a password.
 
-pub mod batch;
+mod batch;
 pub mod db;
-pub mod dialect;
+mod dialect;
 mod error;
 pub mod load;
 mod progress;
 pub mod publish;
 pub mod reopen;
-pub mod source;
+mod source;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -35,7 +35,7 @@ pub const DEFAULT_AUDIT_TABLE: &str = "recon_reopen_audit";
 /// The action that reopens a ledger row.
 pub const REVOKED: &str = LedgerAction::Revoked.as_str();
 
-/// The ledger actions `reopen` reads and writes (DESIGN.md §3).
+/// The ledger actions `reopen` reads and writes (docs/CONTRACT.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LedgerAction {
     /// The handler skipped the message.

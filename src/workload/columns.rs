@@ -25,7 +25,7 @@ fn batch(table: Table, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
 }
 
 /// `ledger` rows of a block of orders.
-pub struct LedgerColumns {
+pub(super) struct LedgerColumns {
     msg_id: StringBuilder,
     order_id: Int64Builder,
     event_type: StringBuilder,
@@ -59,7 +59,7 @@ impl Default for LedgerColumns {
 
 impl LedgerColumns {
     /// Appends an order's ledger rows.
-    pub fn push(&mut self, order: &OrderRows) {
+    pub(super) fn push(&mut self, order: &OrderRows) {
         for e in &order.ledger {
             let _ = write!(self.msg_id, "{}", e.msg_id);
             self.msg_id.append_value("");
@@ -78,7 +78,7 @@ impl LedgerColumns {
     }
 
     /// The rows as a batch; the builders start over.
-    pub fn finish(&mut self) -> Result<RecordBatch> {
+    pub(super) fn finish(&mut self) -> Result<RecordBatch> {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(self.msg_id.finish()),
             Arc::new(self.order_id.finish()),
@@ -97,7 +97,7 @@ impl LedgerColumns {
 }
 
 /// `status_history` rows of a block of orders.
-pub struct HistoryColumns {
+pub(super) struct HistoryColumns {
     order_id: Int64Builder,
     status: StringBuilder,
     changed_at: TimestampMicrosecondBuilder,
@@ -115,7 +115,7 @@ impl Default for HistoryColumns {
 
 impl HistoryColumns {
     /// Appends an order's status changes.
-    pub fn push(&mut self, order: &OrderRows) {
+    pub(super) fn push(&mut self, order: &OrderRows) {
         for change in &order.history {
             self.order_id.append_value(order.order_id);
             self.status.append_value(change.status.name());
@@ -124,7 +124,7 @@ impl HistoryColumns {
     }
 
     /// The rows as a batch; the builders start over.
-    pub fn finish(&mut self) -> Result<RecordBatch> {
+    pub(super) fn finish(&mut self) -> Result<RecordBatch> {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(self.order_id.finish()),
             Arc::new(self.status.finish()),
@@ -135,7 +135,7 @@ impl HistoryColumns {
 }
 
 /// `receipts` rows of one provider for a block of orders.
-pub struct ReceiptColumns {
+pub(super) struct ReceiptColumns {
     provider: Provider,
     receipt_id: StringBuilder,
     order_id: Int64Builder,
@@ -147,7 +147,7 @@ pub struct ReceiptColumns {
 
 impl ReceiptColumns {
     /// Builders for `provider`'s receipts.
-    pub fn new(provider: Provider) -> Self {
+    pub(super) fn new(provider: Provider) -> Self {
         ReceiptColumns {
             provider,
             receipt_id: StringBuilder::new(),
@@ -160,7 +160,7 @@ impl ReceiptColumns {
     }
 
     /// Appends an order's receipts of this provider.
-    pub fn push(&mut self, order: &OrderRows) {
+    pub(super) fn push(&mut self, order: &OrderRows) {
         for r in order.receipts.iter().filter(|r| r.provider == self.provider) {
             let _ =
                 write!(self.receipt_id, "{}-{}-{}", self.provider.source(), order.order_id, r.seq);
@@ -180,7 +180,7 @@ impl ReceiptColumns {
     }
 
     /// The rows as a batch; the builders start over.
-    pub fn finish(&mut self) -> Result<RecordBatch> {
+    pub(super) fn finish(&mut self) -> Result<RecordBatch> {
         let columns: Vec<ArrayRef> = vec![
             Arc::new(self.receipt_id.finish()),
             Arc::new(self.order_id.finish()),

@@ -1,4 +1,4 @@
-//! The ground truth across nights: DESIGN.md §5 and §9 for one order on one night of a
+//! The ground truth across nights: docs/SEMANTICS.md for one order on one night of a
 //! chain, computed in plain Rust from the simulation's rows — never by the SQL of `run`.
 //!
 //! The chain the truth assumes: night 1 runs without a previous run (its origin is its

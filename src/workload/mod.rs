@@ -4,7 +4,7 @@
 //!
 //! * [`world`] — the simulation: order lifecycles, messages, a rebalancing consumer group
 //!   running the conditional-skip handler, providers and their receipts, the faults.
-//! * [`truth`] — DESIGN.md §5 computed per order from the simulated rows, and the truth file.
+//! * [`truth`] — docs/SEMANTICS.md computed per order from the simulated rows, and the truth file.
 //! * [`columns`] — Arrow builders of the snapshot tables.
 //! * [`rng`] — the deterministic PRNG.
 //! * [`nights`] — `gen --nights`: consecutive snapshots of one continuing world;
@@ -15,12 +15,12 @@
 //! [`BLOCK_ORDERS`] in `order_id` order, so every table is sorted by `order_id` and memory
 //! stays bounded whatever the size; `manifest.json` is written last.
 
-pub mod columns;
+mod columns;
 pub mod lifecycle;
 pub mod night_truth;
 pub mod nights;
 pub mod operations;
-pub mod rng;
+mod rng;
 pub mod truth;
 pub mod world;
 

@@ -1,5 +1,5 @@
 //! `gen --nights N`: N consecutive snapshots of one continuing simulated world, one day
-//! apart, each with its `truth.parquet` of DESIGN.md §5 and §9 for the chain of runs
+//! apart, each with its `truth.parquet` of docs/SEMANTICS.md for the chain of runs
 //! (night 1 without a previous run, each later night following the one before).
 //!
 //! Layout: `<out>/snapshot=<cut as YYYYMMDDTHHMMSSZ>/`; the **last** cut is the plan's

@@ -8,39 +8,39 @@ use crate::time::Micros;
 
 /// SplitMix64: 64 bits of state, passes BigCrush, and is trivially reproducible.
 #[derive(Debug, Clone)]
-pub struct SplitMix64 {
+pub(super) struct SplitMix64 {
     state: u64,
 }
 
 impl SplitMix64 {
     /// A stream starting at `seed`.
-    pub fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         SplitMix64 { state: seed }
     }
 
     /// The stream of one order of one workload.
-    pub fn for_order(seed: u64, order_id: i64) -> Self {
+    pub(super) fn for_order(seed: u64, order_id: i64) -> Self {
         SplitMix64::new(mix(seed ^ mix(order_id as u64 ^ 0x5E_ED0F_0DE5)))
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(super) fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix(self.state)
     }
 
     /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
+    pub(super) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
+    pub(super) fn chance(&mut self, p: f64) -> bool {
         self.unit() < p
     }
 
     /// Uniform in `[low, high)` (`low` when the range is empty).
-    pub fn between(&mut self, low: Micros, high: Micros) -> Micros {
+    pub(super) fn between(&mut self, low: Micros, high: Micros) -> Micros {
         if high <= low {
             return low;
         }
@@ -48,13 +48,13 @@ impl SplitMix64 {
     }
 
     /// Uniform index in `[0, n)`.
-    pub fn index(&mut self, n: usize) -> usize {
+    pub(super) fn index(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 }
 
 /// The SplitMix64 finaliser: a good 64-bit mixing function, also used as the partition hash.
-pub fn mix(mut z: u64) -> u64 {
+pub(super) fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)

@@ -1,4 +1,4 @@
-//! The ground truth of a generated snapshot: what a correct implementation of DESIGN.md
+//! The ground truth of a generated snapshot: what a correct implementation of docs/SEMANTICS.md
 //! §5 reports for the default window and rules, computed order by order in plain Rust
 //! from the simulation's own rows — never by the reconciliation SQL, so that `run` can
 //! be checked against it.
@@ -95,7 +95,7 @@ impl EffectState {
     }
 }
 
-/// DESIGN.md §5 over one order at a time.
+/// docs/SEMANTICS.md over one order at a time.
 #[derive(Debug)]
 pub struct Judge<'a> {
     rules: &'a RuleSet,

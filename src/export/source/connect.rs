@@ -15,7 +15,7 @@ use crate::export::error::ExportError;
 use crate::time::Micros;
 
 /// Opens a connection, with a timeout.
-pub async fn connect(target: &Target, timeout: Micros) -> Result<Conn, ExportError> {
+pub(crate) async fn connect(target: &Target, timeout: Micros) -> Result<Conn, ExportError> {
     let limit = std::time::Duration::from_micros(timeout.max(1) as u64);
     match tokio::time::timeout(limit, connect_inner(target)).await {
         Ok(result) => {

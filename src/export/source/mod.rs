@@ -27,11 +27,11 @@ mod family;
 mod scrub;
 mod zone;
 
-pub use connect::connect;
-pub use decode::{ColumnRead, Decoder, ResultColumn};
+pub(super) use connect::connect;
+pub(super) use decode::{ColumnRead, Decoder, ResultColumn};
 use family::Family;
-pub use scrub::scrub;
-pub use zone::{from_naive, naive, parse_sqlite_timestamp, sqlite_text, utc};
+pub(super) use scrub::scrub;
+pub(super) use zone::{naive, sqlite_text, utc};
 
 /// How to connect to one database.
 #[derive(Debug, Clone)]

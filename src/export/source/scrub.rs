@@ -1,7 +1,7 @@
 //! Password scrubbing: no message leaves the exporter with a source's secret in it.
 
 /// Removes `password` and any `scheme://user:secret@` secret from a message.
-pub fn scrub(message: &str, password: Option<&str>) -> String {
+pub(crate) fn scrub(message: &str, password: Option<&str>) -> String {
     let mut text = message.to_string();
     if let Some(pw) = password.filter(|p| !p.is_empty()) {
         text = text.replace(pw, "***");

@@ -6,7 +6,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use crate::time::Micros;
 
 /// SQLite text timestamps: with an offset or `Z` they are instants; without, local to `offset`.
-pub fn parse_sqlite_timestamp(text: &str, offset: i32) -> Option<Micros> {
+pub(crate) fn parse_sqlite_timestamp(text: &str, offset: i32) -> Option<Micros> {
     let text = text.trim();
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Some(t.timestamp_micros());
@@ -29,24 +29,24 @@ pub fn parse_sqlite_timestamp(text: &str, offset: i32) -> Option<Micros> {
 }
 
 /// A zone-less value read in `offset` → UTC µs.
-pub fn from_naive(t: NaiveDateTime, offset: i32) -> Micros {
+pub(crate) fn from_naive(t: NaiveDateTime, offset: i32) -> Micros {
     t.and_utc().timestamp_micros() - i64::from(offset) * 1_000_000
 }
 
 /// UTC µs → the zone-less wall time in `offset`.
-pub fn naive(micros: Micros, offset: i32) -> NaiveDateTime {
+pub(crate) fn naive(micros: Micros, offset: i32) -> NaiveDateTime {
     let shifted = micros + i64::from(offset) * 1_000_000;
     DateTime::<Utc>::from_timestamp_micros(shifted).unwrap_or_default().naive_utc()
 }
 
 /// UTC µs → an instant.
-pub fn utc(micros: Micros) -> DateTime<Utc> {
+pub(crate) fn utc(micros: Micros) -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp_micros(micros).unwrap_or_default()
 }
 
 /// The SQLite text form of a wall time: fixed six fraction digits, so text comparison
 /// orders it correctly against stored values with or without a fraction.
-pub fn sqlite_text(t: NaiveDateTime) -> String {
+pub(crate) fn sqlite_text(t: NaiveDateTime) -> String {
     t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
 }
 

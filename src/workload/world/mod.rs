@@ -1,5 +1,5 @@
 //! The simulated fulfilment chain: one order's life, its messages on `order-event`, the
-//! consumer group's conditional-skip handler (DESIGN.md §1) and the providers' receipts.
+//! consumer group's conditional-skip handler (docs/README.md) and the providers' receipts.
 //!
 //! Faults are not sampled as rows: a fault perturbs the *mechanism* (a zombie consumer
 //! finishing a message after a rebalance, a crash between the provider call and the

@@ -212,7 +212,7 @@ impl World {
         }
     }
 
-    /// The conditional skip of DESIGN.md §1, with the mechanism's perturbation.
+    /// The conditional skip of docs/README.md, with the mechanism's perturbation.
     fn decide(
         &self,
         rng: &mut SplitMix64,
