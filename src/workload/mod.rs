@@ -306,6 +306,34 @@ impl GenReport {
 }
 
 /// The open writers of one generated snapshot.
+/// The column builders and writers of the three snapshot tables (receipts per provider).
+type TableSinks = (
+    (LedgerColumns, TableWriter),
+    (HistoryColumns, TableWriter),
+    Vec<(ReceiptColumns, TableWriter)>,
+);
+
+/// One writer per snapshot table of `snapshot`, with empty column builders.
+fn table_sinks(snapshot: &SnapshotWriter) -> TableSinks {
+    (
+        (LedgerColumns::default(), snapshot.table(Table::Ledger, None)),
+        (HistoryColumns::default(), snapshot.table(Table::StatusHistory, None)),
+        Provider::ALL
+            .iter()
+            .map(|&p| (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source()))))
+            .collect(),
+    )
+}
+
+/// The in-memory Parquet writer of `<folder>/truth.parquet`.
+fn truth_writer(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    folder: &Location,
+) -> Result<ArrowWriter<Vec<u8>>> {
+    ArrowWriter::try_new(Vec::new(), std::sync::Arc::clone(schema), Some(writer_properties()))
+        .map_err(|e| Error::Output { location: folder.display(TRUTH_FILE), message: e.to_string() })
+}
+
 struct Sink {
     ledger: (LedgerColumns, TableWriter),
     history: (HistoryColumns, TableWriter),
@@ -317,24 +345,12 @@ struct Sink {
 impl Sink {
     fn open(snapshot: &SnapshotWriter, plan: &GenPlan, rules: &RuleSet) -> Result<Self> {
         let truth_schema = truth::schema_for(plan.window(), rules);
-        let truth_writer = ArrowWriter::try_new(
-            Vec::new(),
-            std::sync::Arc::clone(&truth_schema),
-            Some(writer_properties()),
-        )
-        .map_err(|e| Error::Output {
-            location: plan.out.display(TRUTH_FILE),
-            message: e.to_string(),
-        })?;
+        let truth_writer = truth_writer(&truth_schema, &plan.out)?;
+        let (ledger, history, receipts) = table_sinks(snapshot);
         Ok(Sink {
-            ledger: (LedgerColumns::default(), snapshot.table(Table::Ledger, None)),
-            history: (HistoryColumns::default(), snapshot.table(Table::StatusHistory, None)),
-            receipts: Provider::ALL
-                .iter()
-                .map(|&p| {
-                    (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source())))
-                })
-                .collect(),
+            ledger,
+            history,
+            receipts,
             truth: (TruthColumns::default(), truth_writer),
             truth_schema,
         })

@@ -27,11 +27,10 @@ use super::lifecycle::{Carry, Night, NightJudge, NightRow};
 use super::night_truth::{self, NightContext, NightTruthColumns};
 use super::operations::{Facts, OperationRates, Operations};
 use super::truth::TRUTH_FILE;
-use super::world::{OrderRows, Provider};
+use super::world::OrderRows;
 use super::{GenPlan, BLOCK_ORDERS, CREATED_BY};
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
-use crate::parquet_parts::writer_properties;
 use crate::snapshot::{SnapshotWriter, Table, TableWriter};
 use crate::time::{format_compact, format_instant, Micros, DAY_MICROS};
 
@@ -248,21 +247,12 @@ impl NightSink {
         let mut snapshot = SnapshotWriter::create(&location, context.cut, CREATED_BY).await?;
         snapshot.set_coverage_from(plan.coverage_from(context.cut));
         let truth_schema = night_truth::schema_for(context, rules);
-        let truth_writer =
-            ArrowWriter::try_new(Vec::new(), Arc::clone(&truth_schema), Some(writer_properties()))
-                .map_err(|e| Error::Output {
-                    location: location.display(TRUTH_FILE),
-                    message: e.to_string(),
-                })?;
+        let truth_writer = super::truth_writer(&truth_schema, &location)?;
+        let (ledger, history, receipts) = super::table_sinks(&snapshot);
         Ok(NightSink {
-            ledger: (LedgerColumns::default(), snapshot.table(Table::Ledger, None)),
-            history: (HistoryColumns::default(), snapshot.table(Table::StatusHistory, None)),
-            receipts: Provider::ALL
-                .iter()
-                .map(|&p| {
-                    (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source())))
-                })
-                .collect(),
+            ledger,
+            history,
+            receipts,
             truth: (NightTruthColumns::new(Arc::clone(&context.run_ids)), truth_writer),
             truth_schema,
             snapshot,
