@@ -3,7 +3,8 @@
 //! Receipts are the truth of what happened, the status history the truth of what was
 //! owed, and the idempotency ledger only explains why they differ. The crate exports
 //! those three sources into Parquet snapshots, reconciles a snapshot with DataFusion SQL
-//! and publishes discrepancies, compensation tasks and skip verdicts.
+//! and publishes discrepancies, compensation tasks and skip verdicts; night after night it
+//! keeps a finding open until evidence closes it.
 //!
 //! # Layout
 //!
@@ -24,7 +25,8 @@
 //! * [`nightly`] — the scheduled job: export, then run; [`demo`] — the same on a generated
 //!   day (or nights) in SQLite, verified against the ground truth.
 //! * [`history`] — the runs under an output root, one line each (the backlog over time).
-//! * [`workload`] — the synthetic (`effect-recon gen`) 24-partition workload with planted faults and its ground truth.
+//! * [`workload`] — the synthetic 24-partition workload of `effect-recon gen` (one day or
+//!   several nights of one world) with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs (or a chain of runs, night by night) checked against a
 //!   ground truth.
 //! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
@@ -42,7 +44,6 @@ pub mod explore;
 pub mod export;
 pub mod history;
 pub mod nightly;
-
 pub mod parquet_parts;
 pub mod queries;
 pub mod recon;
