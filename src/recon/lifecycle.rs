@@ -122,6 +122,9 @@ impl PreviousRun {
     /// fields in its manifest and a readable summary.
     pub async fn open(folder: &Location) -> Result<PreviousRun> {
         let fail = |message: String| Error::PreviousRun { location: folder.display(""), message };
+        if let Some(why) = folder.not_a_folder().await {
+            return Err(fail(why.to_string()));
+        }
         let manifest = read_run_manifest(folder).await.map_err(|e| match e {
             Error::Output { message, .. } => fail(message),
             other => other,

@@ -100,7 +100,7 @@ impl RunPublisher {
         if folder.exists(MANIFEST).await? && !replace {
             return Err(Error::Output {
                 location: folder.display(""),
-                message: format!("run '{run_id}' already exists; pass --replace to overwrite it or --run-id to choose another id"),
+                message: format!("run '{run_id}' already exists; pass --replace to overwrite it (or, with `run`, --run-id to choose another id)"),
             });
         }
         folder.delete_all().await?;
