@@ -27,8 +27,7 @@ use effect_recon::time::{parse_instant, Micros};
 use effect_recon::Error;
 use sqlx::Connection;
 
-const MYSQL_ENV: &str = "EFFECT_RECON_TEST_MYSQL_URL";
-const PG_ENV: &str = "EFFECT_RECON_TEST_PG_URL";
+use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
 const MINUTE: Micros = 60_000_000;
 
 fn cut() -> Micros {
@@ -395,44 +394,6 @@ async fn assert_sorted_by_order_id(snapshot: &Path) {
             t.source
         );
     }
-}
-
-fn env_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            super::common::say_skipped(var, "this database test was NOT run");
-            None
-        }
-    }
-}
-
-/// A fresh MySQL database `name` on the server of `base`; returns its URL.
-async fn mysql_database(base: &str, name: &str) -> String {
-    let mut conn = sqlx::MySqlConnection::connect(base)
-        .await
-        .unwrap_or_else(|e| panic!("{MYSQL_ENV} is set but the server is unreachable: {e}"));
-    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(base).unwrap();
-    url.set_path(&format!("/{name}"));
-    url.to_string()
-}
-
-/// A fresh Postgres schema `name` on the database of `base`; returns a URL whose search_path is it.
-async fn pg_schema(base: &str, name: &str) -> String {
-    let mut conn = sqlx::PgConnection::connect(base)
-        .await
-        .unwrap_or_else(|e| panic!("{PG_ENV} is set but the server is unreachable: {e}"));
-    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(base).unwrap();
-    url.query_pairs_mut().append_pair("options", &format!("-c search_path={name}"));
-    url.to_string()
 }
 
 fn assert_source_error(

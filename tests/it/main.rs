@@ -1,6 +1,7 @@
 //! The one integration test binary (every extra `tests/*.rs` would relink DataFusion).
 //!
 //! * `common`       — shared helpers: the tiny fixture, running, formatting outputs.
+//! * `databases`    — the MariaDB/PostgreSQL servers of the tests (fresh database per test).
 //! * `slt`          — sqllogictest files of `tests/slt/` against the exact text of `sql/`.
 //! * `fixture`      — `run` on the committed tiny snapshot equals the hand-checked outputs.
 //! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
@@ -27,6 +28,7 @@
 mod bad_input;
 mod cli;
 mod common;
+mod databases;
 mod differential;
 mod export;
 mod fixture;

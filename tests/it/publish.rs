@@ -28,8 +28,7 @@ use sqlx::Connection;
 
 use crate::common;
 
-const MYSQL_ENV: &str = "EFFECT_RECON_TEST_MYSQL_URL";
-const PG_ENV: &str = "EFFECT_RECON_TEST_PG_URL";
+use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
 const LATER_RUN: &str = "20261130T160000Z";
 const LATER_CUT: &str = "2026-11-30T16:00:00Z";
 /// Tasks of the tiny run the tests act on.
@@ -151,46 +150,6 @@ fn later_run(out: &Path, first: &Path) -> Location {
 }
 
 // ---------------------------------------------------------------- databases
-
-fn env_url(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {var} not set; this database test was NOT run"
-            );
-            None
-        }
-    }
-}
-
-async fn mysql_database(base: &str, name: &str) -> String {
-    let mut conn = sqlx::MySqlConnection::connect(base)
-        .await
-        .unwrap_or_else(|e| panic!("{MYSQL_ENV} is set but the server is unreachable: {e}"));
-    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name}; CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(base).unwrap();
-    url.set_path(&format!("/{name}"));
-    url.to_string()
-}
-
-async fn pg_schema(base: &str, name: &str) -> String {
-    let mut conn = sqlx::PgConnection::connect(base)
-        .await
-        .unwrap_or_else(|e| panic!("{PG_ENV} is set but the server is unreachable: {e}"));
-    sqlx::raw_sql(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(base).unwrap();
-    url.query_pairs_mut().append_pair("options", &format!("-c search_path={name}"));
-    url.to_string()
-}
 
 /// Runs one statement on the database at `url` (the test's "executor" or "consumer").
 async fn exec(url: &str, sql: &str) {
