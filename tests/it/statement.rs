@@ -160,8 +160,8 @@ fn answer_one(stream: std::net::TcpStream) -> (String, Vec<u8>) {
     (head, body)
 }
 
-#[test]
-fn the_webhook_gets_one_post_with_the_counts() {
+/// A local HTTP server on 127.0.0.1: its webhook URL, and the requests it answered.
+fn webhook_receiver() -> (String, mpsc::Receiver<(String, Vec<u8>)>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hooks/secret-token", listener.local_addr().unwrap());
     let (sent, received) = mpsc::channel();
@@ -172,6 +172,12 @@ fn the_webhook_gets_one_post_with_the_counts() {
             }
         }
     });
+    (url, received)
+}
+
+#[test]
+fn the_webhook_gets_one_post_with_the_counts() {
+    let (url, received) = webhook_receiver();
     let out = tempfile::tempdir().unwrap();
     let output = run_tiny(out.path(), &["--alert-webhook", &url]);
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -233,4 +239,54 @@ fn a_failing_webhook_changes_neither_outputs_nor_exit_code() {
     a["timings_ms"] = serde_json::Value::Null;
     b["timings_ms"] = serde_json::Value::Null;
     assert_eq!(a, b);
+}
+
+#[tokio::test]
+async fn an_incomplete_run_alerts_and_its_metrics_keep_the_last_complete_run() {
+    let out = tempfile::tempdir().unwrap();
+    let first = run_tiny(out.path(), &[]);
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+
+    // The next night, every receipts source empty: published, but INCOMPLETE.
+    let csv = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(repo("fixtures/tiny/csv")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        if path.file_name().unwrap().to_str().unwrap().starts_with("receipts_") {
+            text = text.lines().next().unwrap().to_string() + "\n";
+        }
+        std::fs::write(csv.path().join(path.file_name().unwrap()), text).unwrap();
+    }
+    let (_snap, snapshot) = temp_location();
+    let next_cut = "2026-11-30T16:00:00Z";
+    snapshot_from_csv(csv.path(), &snapshot, next_cut).await;
+    let folder = tempfile::tempdir().unwrap();
+    let file = folder.path().join("effect_recon.prom");
+    let (url, received) = webhook_receiver();
+    let output = effect_recon(&[
+        "run",
+        "--snapshot",
+        &snapshot.display(""),
+        "--out",
+        out.path().to_str().unwrap(),
+        "--metrics-file",
+        file.to_str().unwrap(),
+        "--alert-webhook",
+        &url,
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+
+    let m = parse_exposition(&std::fs::read_to_string(&file).unwrap());
+    assert_eq!(m["effect_recon_run_status{status=INCOMPLETE}"], 1.0);
+    assert_eq!(m["effect_recon_run_status{status=COMPLETE}"], 0.0);
+    assert_eq!(m["effect_recon_last_run_timestamp_seconds"], seconds(next_cut));
+    assert_eq!(m["effect_recon_last_complete_run_timestamp_seconds"], seconds(TINY_CUT));
+
+    let (_, body) = received.try_recv().expect("an INCOMPLETE run alerts");
+    assert!(received.try_recv().is_err(), "exactly one POST");
+    let alert: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(alert["status"], "INCOMPLETE");
+    let text = alert["text"].as_str().unwrap();
+    assert!(text.contains("INCOMPLETE: table receipts has no rows"), "{text}");
 }
