@@ -136,6 +136,15 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// An alert webhook could not be delivered.
+    #[error("alert webhook {target}: {message}")]
+    Alert {
+        /// The webhook's scheme and host (its path may be a secret).
+        target: String,
+        /// What went wrong, after the last attempt.
+        message: String,
+    },
+
     /// A broken invariant of effect-recon itself (a bug, not bad input).
     #[error("internal error: {0}")]
     Internal(

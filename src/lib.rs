@@ -25,6 +25,8 @@
 //! * [`nightly`] — the scheduled job: export, then run; [`demo`] — the same on a generated
 //!   day (or nights) in SQLite, verified against the ground truth.
 //! * [`history`] — the runs under an output root, one line each (the backlog over time).
+//! * [`metrics`] — a run's summary as a Prometheus textfile (`--metrics-file`), written
+//!   atomically; [`alert`] — one aggregate JSON message per run (`--alert-webhook`).
 //! * [`workload`] — the synthetic 24-partition workload of `effect-recon gen` (one day or
 //!   several nights of one world) with planted faults and its ground truth.
 //! * [`verify`] — a run's outputs (or a chain of runs, night by night) checked against a
@@ -36,6 +38,7 @@
 //!
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
+pub mod alert;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -43,6 +46,7 @@ pub mod events;
 pub mod explore;
 pub mod export;
 pub mod history;
+pub mod metrics;
 pub mod nightly;
 pub mod parquet_parts;
 pub mod queries;

@@ -32,6 +32,8 @@ pub struct NightlyPlan {
 /// What a nightly job did.
 #[derive(Debug)]
 pub struct NightlyReport {
+    /// The output root (snapshot=<cut>/ and run=<id>/ under it).
+    pub root: Location,
     /// The snapshot folder.
     pub snapshot: Location,
     /// The export, unless a complete snapshot was reused.
@@ -78,7 +80,7 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     };
 
     let run_started = Instant::now();
-    let mut run_plan = RunPlan::new(snapshot.clone(), root, rules);
+    let mut run_plan = RunPlan::new(snapshot.clone(), root.clone(), rules);
     run_plan.replace = plan.replace;
     run_plan.session = plan.session.clone();
     let run = recon::run(&run_plan, events).await?;
@@ -89,5 +91,5 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
         folder: run.folder.clone(),
         elapsed: run_started.elapsed(),
     });
-    Ok(NightlyReport { snapshot, export, run, elapsed: started.elapsed() })
+    Ok(NightlyReport { root, snapshot, export, run, elapsed: started.elapsed() })
 }

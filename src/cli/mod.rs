@@ -12,6 +12,7 @@ mod publish;
 mod reopen;
 mod run;
 mod sql;
+mod statement;
 mod verify;
 
 use std::process::ExitCode;

@@ -9,6 +9,7 @@ use effect_recon::time::format_elapsed;
 
 use super::export::default_cut;
 use super::progress::{self, Detail};
+use super::statement::StatementArgs;
 use super::{parse_instant_arg, Outcome};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.
@@ -35,6 +36,8 @@ pub(super) struct NightlyArgs {
     /// Only the stage lines and the summary, no per-table progress.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    statement: StatementArgs,
 }
 
 /// Runs `effect-recon nightly`.
@@ -45,10 +48,12 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
         replace: args.replace,
         session: SessionOptions::default(),
     };
+    args.statement.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };
     let report = nightly(&plan, &progress::stderr("nightly: ", detail)).await?;
     print!("{}", report.run.summary.render());
     println!("outputs: {}", report.run.folder);
+    args.statement.deliver(&report.run, &report.root, args.quiet).await;
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
     Ok(Outcome::of_run(&report.run.summary, args.fail_on_breaks))
 }

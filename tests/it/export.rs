@@ -543,10 +543,12 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
     assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
     assert!(out.join(MANIFEST).exists());
 
+    let metrics = tmp.path().join("nightly.prom");
     let nightly = std::process::Command::new(bin)
         .args(["nightly", "--config"])
         .arg(&config)
-        .args(["--cut", "2026-11-29T16:00:00Z", "--fail-on-breaks"])
+        .args(["--cut", "2026-11-29T16:00:00Z", "--fail-on-breaks", "--metrics-file"])
+        .arg(&metrics)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&nightly.stderr);
@@ -561,6 +563,13 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
     assert!(
         stderr.contains("nightly: export done") && stderr.contains("nightly: run done"),
         "{stderr}"
+    );
+    // --metrics-file works on nightly as on run (tests/it/statement.rs checks every value).
+    let metrics = std::fs::read_to_string(&metrics).unwrap();
+    assert!(metrics.contains("effect_recon_run_status{status=\"COMPLETE\"} 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("effect_recon_last_run_timestamp_seconds 1795968000.0\n"),
+        "{metrics}"
     );
 
     let broken = job.replace("FROM idempotent_msg", "FROM no_such_table");

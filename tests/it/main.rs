@@ -21,6 +21,8 @@
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
 //!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
+//! * `statement`    — `--metrics-file` (a Prometheus textfile equal to `summary.json`, written
+//!   atomically) and `--alert-webhook` (one POST to a local server; a failing one changes nothing).
 //! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
 //!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
 //!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
@@ -41,3 +43,4 @@ mod publish;
 mod s3;
 mod slt;
 mod snapshots;
+mod statement;
