@@ -21,22 +21,20 @@ pub mod night_truth;
 pub mod nights;
 pub mod operations;
 mod rng;
+mod sinks;
 pub mod truth;
 pub mod world;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use datafusion::parquet::arrow::ArrowWriter;
-
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
-use crate::parquet_parts::writer_properties;
-use crate::snapshot::{SnapshotWriter, Table, TableWriter};
+use crate::snapshot::SnapshotWriter;
 use crate::storage::Location;
 use crate::time::Window;
 use crate::time::{format_instant, parse_instant, Micros, DAY_MICROS};
-use columns::{HistoryColumns, LedgerColumns, ReceiptColumns};
+use sinks::{rows_by_table, TableSinks, TruthSink};
 use truth::{Judge, TruthColumns, TruthRow, FINDING, TRUTH_FILE};
 use world::{Fault, OrderRows, Provider, World, INCIDENT_ORDER};
 
@@ -305,89 +303,34 @@ impl GenReport {
     }
 }
 
-/// The open writers of one generated snapshot.
-/// The column builders and writers of the three snapshot tables (receipts per provider).
-type TableSinks = (
-    (LedgerColumns, TableWriter),
-    (HistoryColumns, TableWriter),
-    Vec<(ReceiptColumns, TableWriter)>,
-);
-
-/// One writer per snapshot table of `snapshot`, with empty column builders.
-fn table_sinks(snapshot: &SnapshotWriter) -> TableSinks {
-    (
-        (LedgerColumns::default(), snapshot.table(Table::Ledger, None)),
-        (HistoryColumns::default(), snapshot.table(Table::StatusHistory, None)),
-        Provider::ALL
-            .iter()
-            .map(|&p| (ReceiptColumns::new(p), snapshot.table(Table::Receipts, Some(p.source()))))
-            .collect(),
-    )
-}
-
-/// The in-memory Parquet writer of `<folder>/truth.parquet`.
-fn truth_writer(
-    schema: &datafusion::arrow::datatypes::SchemaRef,
-    folder: &Location,
-) -> Result<ArrowWriter<Vec<u8>>> {
-    ArrowWriter::try_new(Vec::new(), std::sync::Arc::clone(schema), Some(writer_properties()))
-        .map_err(|e| Error::Output { location: folder.display(TRUTH_FILE), message: e.to_string() })
-}
-
+/// The open writers of one generated snapshot and its truth.
 struct Sink {
-    ledger: (LedgerColumns, TableWriter),
-    history: (HistoryColumns, TableWriter),
-    receipts: Vec<(ReceiptColumns, TableWriter)>,
-    truth: (TruthColumns, ArrowWriter<Vec<u8>>),
-    truth_schema: datafusion::arrow::datatypes::SchemaRef,
+    tables: TableSinks,
+    truth: (TruthColumns, TruthSink),
 }
 
 impl Sink {
     fn open(snapshot: &SnapshotWriter, plan: &GenPlan, rules: &RuleSet) -> Result<Self> {
-        let truth_schema = truth::schema_for(plan.window(), rules);
-        let truth_writer = truth_writer(&truth_schema, &plan.out)?;
-        let (ledger, history, receipts) = table_sinks(snapshot);
-        Ok(Sink {
-            ledger,
-            history,
-            receipts,
-            truth: (TruthColumns::default(), truth_writer),
-            truth_schema,
-        })
+        let truth = TruthSink::open(truth::schema_for(plan.window(), rules), &plan.out)?;
+        Ok(Sink { tables: TableSinks::open(snapshot), truth: (TruthColumns::default(), truth) })
     }
 
     fn push(&mut self, order: &OrderRows, truth: &[TruthRow<'_>]) {
-        self.ledger.0.push(order);
-        self.history.0.push(order);
-        self.receipts.iter_mut().for_each(|(columns, _)| columns.push(order));
+        self.tables.push(order);
         truth.iter().for_each(|row| self.truth.0.push(row));
     }
 
     /// Writes the block held in the builders.
     async fn flush(&mut self) -> Result<()> {
-        self.ledger.1.write(&self.ledger.0.finish()?).await?;
-        self.history.1.write(&self.history.0.finish()?).await?;
-        for (columns, writer) in &mut self.receipts {
-            writer.write(&columns.finish()?).await?;
-        }
-        let batch = self.truth.0.finish(&self.truth_schema)?;
-        self.truth
-            .1
-            .write(&batch)
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+        self.tables.flush().await?;
+        let batch = self.truth.0.finish(self.truth.1.schema())?;
+        self.truth.1.write(&batch)
     }
 
-    /// Closes every table into `snapshot` and returns the truth file's bytes.
-    async fn close(self, snapshot: &mut SnapshotWriter) -> Result<Vec<u8>> {
-        snapshot.add(Table::Ledger, self.ledger.1.finish().await?);
-        snapshot.add(Table::StatusHistory, self.history.1.finish().await?);
-        for (_, writer) in self.receipts {
-            snapshot.add(Table::Receipts, writer.finish().await?);
-        }
-        self.truth
-            .1
-            .into_inner()
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+    /// Closes every table into `snapshot` and stores the truth beside it.
+    async fn close(self, snapshot: &mut SnapshotWriter, folder: &Location) -> Result<()> {
+        self.tables.close(snapshot).await?;
+        self.truth.1.store(folder).await
     }
 }
 
@@ -423,20 +366,8 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
         }
     }
     sink.flush().await?;
-    let truth_bytes = sink.close(&mut snapshot).await?;
-    plan.out.write(TRUTH_FILE, bytes::Bytes::from(truth_bytes)).await?;
-    let manifest = snapshot.finish().await?;
-    for (table, files) in &manifest.tables {
-        for file in &files.files {
-            let key = if table == Table::Receipts.name() {
-                file.path.rsplit_once('/').map_or(table.as_str(), |(folder, _)| folder).to_string()
-            } else {
-                table.clone()
-            };
-            *report.rows.entry(key).or_default() += file.rows;
-            report.files += 1;
-        }
-    }
+    sink.close(&mut snapshot, &plan.out).await?;
+    (report.rows, report.files) = rows_by_table(&snapshot.finish().await?);
     report.elapsed = started.elapsed();
     Ok(report)
 }

@@ -19,19 +19,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::parquet::arrow::ArrowWriter;
-
-use super::columns::{HistoryColumns, LedgerColumns, ReceiptColumns};
 use super::lifecycle::{Carry, Night, NightJudge, NightRow};
 use super::night_truth::{self, NightContext, NightTruthColumns};
 use super::operations::{Facts, OperationRates, Operations};
-use super::truth::TRUTH_FILE;
+use super::sinks::{rows_by_table, TableSinks, TruthSink};
 use super::world::OrderRows;
 use super::{GenPlan, BLOCK_ORDERS, CREATED_BY};
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
-use crate::snapshot::{SnapshotWriter, Table, TableWriter};
+use crate::snapshot::SnapshotWriter;
 use crate::time::{format_compact, format_instant, Micros, DAY_MICROS};
 
 /// The most nights one call generates.
@@ -231,14 +227,11 @@ impl NightsReport {
     }
 }
 
-/// The open writers of one night's snapshot.
+/// The open writers of one night's snapshot and its truth.
 struct NightSink {
     snapshot: SnapshotWriter,
-    ledger: (LedgerColumns, TableWriter),
-    history: (HistoryColumns, TableWriter),
-    receipts: Vec<(ReceiptColumns, TableWriter)>,
-    truth: (NightTruthColumns, ArrowWriter<Vec<u8>>),
-    truth_schema: SchemaRef,
+    tables: TableSinks,
+    truth: (NightTruthColumns, TruthSink),
 }
 
 impl NightSink {
@@ -246,67 +239,32 @@ impl NightSink {
         let location = plan.gen.out.join(&NightsPlan::snapshot_folder(context.cut));
         let mut snapshot = SnapshotWriter::create(&location, context.cut, CREATED_BY).await?;
         snapshot.set_coverage_from(plan.coverage_from(context.cut));
-        let truth_schema = night_truth::schema_for(context, rules);
-        let truth_writer = super::truth_writer(&truth_schema, &location)?;
-        let (ledger, history, receipts) = super::table_sinks(&snapshot);
+        let truth = TruthSink::open(night_truth::schema_for(context, rules), &location)?;
         Ok(NightSink {
-            ledger,
-            history,
-            receipts,
-            truth: (NightTruthColumns::new(Arc::clone(&context.run_ids)), truth_writer),
-            truth_schema,
+            tables: TableSinks::open(&snapshot),
+            truth: (NightTruthColumns::new(Arc::clone(&context.run_ids)), truth),
             snapshot,
         })
     }
 
     fn push(&mut self, order: &OrderRows, rows: &[NightRow], rules: &RuleSet) {
-        self.ledger.0.push(order);
-        self.history.0.push(order);
-        self.receipts.iter_mut().for_each(|(columns, _)| columns.push(order));
+        self.tables.push(order);
         rows.iter().for_each(|row| self.truth.0.push(order.order_id, row, rules));
     }
 
+    /// Writes the block held in the builders.
     async fn flush(&mut self) -> Result<()> {
-        self.ledger.1.write(&self.ledger.0.finish()?).await?;
-        self.history.1.write(&self.history.0.finish()?).await?;
-        for (columns, writer) in &mut self.receipts {
-            writer.write(&columns.finish()?).await?;
-        }
-        let batch = self.truth.0.finish(&self.truth_schema)?;
-        self.truth
-            .1
-            .write(&batch)
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+        self.tables.flush().await?;
+        let batch = self.truth.0.finish(self.truth.1.schema())?;
+        self.truth.1.write(&batch)
     }
 
-    /// Closes every table, writes the truth, then the manifest (last).
+    /// Closes every table, stores the truth, then writes the manifest (last).
     async fn close(mut self, report: &mut NightReport) -> Result<()> {
-        self.snapshot.add(Table::Ledger, self.ledger.1.finish().await?);
-        self.snapshot.add(Table::StatusHistory, self.history.1.finish().await?);
-        for (_, writer) in self.receipts {
-            self.snapshot.add(Table::Receipts, writer.finish().await?);
-        }
-        let truth = self
-            .truth
-            .1
-            .into_inner()
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })?;
+        self.tables.close(&mut self.snapshot).await?;
         let location = self.snapshot.location().clone();
-        location.write(TRUTH_FILE, bytes::Bytes::from(truth)).await?;
-        let manifest = self.snapshot.finish().await?;
-        for (table, files) in &manifest.tables {
-            for file in &files.files {
-                let key = if table == Table::Receipts.name() {
-                    file.path
-                        .rsplit_once('/')
-                        .map_or(table.as_str(), |(folder, _)| folder)
-                        .to_string()
-                } else {
-                    table.clone()
-                };
-                *report.rows.entry(key).or_default() += file.rows;
-            }
-        }
+        self.truth.1.store(&location).await?;
+        (report.rows, _) = rows_by_table(&self.snapshot.finish().await?);
         report.location = location.display("");
         Ok(())
     }
