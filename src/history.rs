@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::recon::publish::{read_run_manifest, SUMMARY};
+use crate::recon::publish::{complete_runs, read_run_summary};
 use crate::recon::summary::Summary;
 use crate::storage::Location;
-use crate::time::parse_instant;
 
 /// The resolutions of docs/SEMANTICS.md, in the order the history shows them.
 pub const RESOLUTIONS: [&str; 6] =
@@ -44,28 +43,10 @@ pub struct HistoryLine {
 /// manifest (runs that did not finish) are left out.
 pub async fn read(out: &Location) -> Result<Vec<HistoryLine>> {
     let mut lines = Vec::new();
-    for name in out.list_folders().await? {
-        if !name.starts_with("run=") {
-            continue;
-        }
-        let folder = out.join(&name);
-        let Ok(manifest) = read_run_manifest(&folder).await else { continue };
-        let bytes = folder.read_optional(SUMMARY).await?.ok_or_else(|| Error::Output {
-            location: folder.display(SUMMARY),
-            message: "a complete run without its summary".into(),
-        })?;
-        let summary: Summary = serde_json::from_slice(&bytes).map_err(|e| Error::Output {
-            location: folder.display(SUMMARY),
-            message: format!("not a run summary: {e}"),
-        })?;
-        let cut = parse_instant(&manifest.cut).map_err(|e| Error::Output {
-            location: folder.display("manifest.json"),
-            message: format!("cut: {e}"),
-        })?;
-        lines.push((cut, line_of(summary)));
+    for run in complete_runs(out).await? {
+        lines.push(line_of(read_run_summary(&run.folder).await?));
     }
-    lines.sort_by(|(a, x), (b, y)| (a, &x.run_id).cmp(&(b, &y.run_id)));
-    Ok(lines.into_iter().map(|(_, line)| line).collect())
+    Ok(lines)
 }
 
 fn line_of(summary: Summary) -> HistoryLine {

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::outputs::OutputTable;
 use super::summary::Summary;
 use crate::error::{Error, Result};
-use crate::recon::publish::{read_run_manifest, RunManifest, SUMMARY};
+use crate::recon::publish::{
+    complete_runs, read_run_manifest, read_run_summary, RunManifest, SUMMARY,
+};
 use crate::snapshot::SnapshotStats;
 use crate::storage::Location;
 use crate::time::{format_instant, parse_instant, Micros};
@@ -143,12 +145,10 @@ impl PreviousRun {
                 return Err(fail(format!("its manifest lists no table {}", table.name())));
             }
         }
-        let bytes = folder
-            .read_optional(SUMMARY)
-            .await?
-            .ok_or_else(|| fail(format!("{SUMMARY} is missing")))?;
-        let summary: Summary = serde_json::from_slice(&bytes)
-            .map_err(|e| fail(format!("{SUMMARY} cannot be read: {e}")))?;
+        let summary = read_run_summary(folder).await.map_err(|e| match e {
+            Error::Output { message, .. } => fail(format!("{SUMMARY}: {message}")),
+            other => other,
+        })?;
         Ok(PreviousRun { folder: folder.clone(), manifest, summary, cut, origin })
     }
 
@@ -255,21 +255,8 @@ fn register_batch(ctx: &SessionContext, name: &str, batch: RecordBatch) -> Resul
 /// The complete run under `out` with the greatest cut before `cut` (ties: the greatest
 /// run id). Folders without a manifest are runs that did not finish and are skipped.
 pub async fn latest_before(out: &Location, cut: Micros) -> Result<Option<Location>> {
-    let mut best: Option<(Micros, String, Location)> = None;
-    for name in out.list_folders().await? {
-        let Some(run_id) = name.strip_prefix("run=") else { continue };
-        let folder = out.join(&name);
-        let Ok(manifest) = read_run_manifest(&folder).await else { continue };
-        let Ok(run_cut) = parse_instant(&manifest.cut) else { continue };
-        if run_cut >= cut {
-            continue;
-        }
-        let key = (run_cut, run_id.to_string());
-        if best.as_ref().is_none_or(|(c, id, _)| key > (*c, id.clone())) {
-            best = Some((key.0, key.1, folder));
-        }
-    }
-    Ok(best.map(|(_, _, folder)| folder))
+    let runs = complete_runs(out).await?;
+    Ok(runs.into_iter().rfind(|run| run.cut < cut).map(|run| run.folder))
 }
 
 /// The chain a run belongs to and the bounds it lists findings with.

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::parquet_parts::PartWriter;
 use crate::snapshot::{FileEntry, TableFiles, MANIFEST};
 use crate::storage::Location;
+use crate::time::{parse_instant, Micros};
 
 /// Format tag of a run manifest.
 pub const RUN_FORMAT: &str = "effect-recon/run@1";
@@ -182,4 +183,46 @@ fn to_json<T: Serialize>(value: &T, location: &str) -> Result<Vec<u8>> {
         .map_err(|e| Error::Output { location: location.into(), message: e.to_string() })?;
     json.push(b'\n');
     Ok(json)
+}
+
+/// Reads a run's `summary.json` (every complete run has one).
+pub async fn read_run_summary(folder: &Location) -> Result<Summary> {
+    let fail = |message: String| Error::Output { location: folder.display(SUMMARY), message };
+    let bytes = folder
+        .read_optional(SUMMARY)
+        .await?
+        .ok_or_else(|| fail("a complete run without its summary".into()))?;
+    serde_json::from_slice(&bytes).map_err(|e| fail(format!("not a run summary: {e}")))
+}
+
+/// A complete run found under an output root.
+#[derive(Debug, Clone)]
+pub struct CompleteRun {
+    /// Its folder, `<out>/run=<id>`.
+    pub folder: Location,
+    /// Its manifest.
+    pub manifest: RunManifest,
+    /// Its cut.
+    pub cut: Micros,
+}
+
+/// Every complete run under `out`, in cut order (ties: run id). Folders without a
+/// readable manifest (runs that did not finish) are left out; a manifest whose cut is
+/// not an instant is an error naming it.
+pub async fn complete_runs(out: &Location) -> Result<Vec<CompleteRun>> {
+    let mut runs = Vec::new();
+    for name in out.list_folders().await? {
+        if !name.starts_with("run=") {
+            continue;
+        }
+        let folder = out.join(&name);
+        let Ok(manifest) = read_run_manifest(&folder).await else { continue };
+        let cut = parse_instant(&manifest.cut).map_err(|e| Error::Output {
+            location: folder.display(MANIFEST),
+            message: format!("cut: {e}"),
+        })?;
+        runs.push(CompleteRun { folder, manifest, cut });
+    }
+    runs.sort_by(|a, b| (a.cut, &a.manifest.run_id).cmp(&(b.cut, &b.manifest.run_id)));
+    Ok(runs)
 }
