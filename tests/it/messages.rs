@@ -332,24 +332,30 @@ fn every_help_example_runs_against_the_tiny_fixture() {
         }
         let mut args = words(line);
         assert_eq!(args.remove(0), "effect-recon");
-        for (index, arg) in args.clone().iter().enumerate() {
-            args[index] = arg.replace("/tmp/", &format!("{}/", tmp.display()));
-            // Fewer orders: the paths and flags are what is checked, not the speed.
-            if index > 0 && args[index - 1] == "--orders" {
-                args[index] = "2000".into();
-            }
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let output = effect_recon_in(root, &args);
-        assert!(
-            matches!(output.status.code(), Some(0 | 1)),
-            "`{command} --help` example failed: {line}\n{}{}",
-            stdout(&output),
-            stderr(&output)
-        );
+        run_example(root, &tmp, args, &format!("`{command} --help` example {line}"));
         ran += 1;
     }
     assert!(ran >= 5, "only {ran} examples ran: {examples:?}");
+}
+
+/// Runs one documented example (its arguments after `effect-recon`) in `root`, with
+/// `/tmp/` mapped to `tmp` and fewer orders (the paths and flags are what is checked, not
+/// the speed); it must exit 0 or 1.
+fn run_example(root: &std::path::Path, tmp: &std::path::Path, mut args: Vec<String>, what: &str) {
+    for index in 0..args.len() {
+        args[index] = args[index].replace("/tmp/", &format!("{}/", tmp.display()));
+        if index > 0 && args[index - 1] == "--orders" {
+            args[index] = "2000".into();
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = effect_recon_in(root, &args);
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{what} failed\n{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
 }
 
 /// The `effect-recon ...` lines of the README's `sh` blocks: continuations joined,
@@ -427,20 +433,7 @@ fn every_readme_example_on_the_tiny_fixture_runs_as_printed() {
             eprintln!("not run ({reason}): {line}");
             continue;
         }
-        for index in 0..args.len() {
-            args[index] = args[index].replace("/tmp/", &format!("{}/", tmp.display()));
-            if index > 0 && args[index - 1] == "--orders" {
-                args[index] = "2000".into();
-            }
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let output = effect_recon_in(root, &args);
-        assert!(
-            matches!(output.status.code(), Some(0 | 1)),
-            "README example failed: {line}\n{}{}",
-            stdout(&output),
-            stderr(&output)
-        );
+        run_example(root, &tmp, args, &format!("README example {line}"));
         ran += 1;
     }
     assert!(ran >= 7, "only {ran} README examples ran");
