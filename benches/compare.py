@@ -518,24 +518,33 @@ def narrow_coverage(run_dir: Path, rows: list[list[str]]) -> str:
 class Case:
     label: str
     snapshot: Snapshot
+    threads: int
     samples: dict[str, list[Measurement]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     commands: dict[str, str] = field(default_factory=dict)
+
+
+def pinned(threads: int, args) -> list[str]:
+    """`taskset -c 0-(T-1)`: both engines get the same T cores (when --pin and T fit)."""
+    if not args.pin or threads > (os.cpu_count() or 1) or not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", f"0-{threads - 1}"]
 
 
 def bench_case(case: Case, args, binary: Path, rules: list[dict], work: Path) -> None:
     snap = case.snapshot
     cut, since = snap.cut, snap.cut - dt.timedelta(days=1)
     run_out, duck_out = work / "run-out", work / "duckdb-out"
-    threads = str(args.threads)
-    worker = [sys.executable, str(Path(__file__).resolve()), "_duckdb-worker", "--snapshot", str(snap.path),
+    threads = str(case.threads)
+    pin = pinned(case.threads, args)
+    worker = [*pin, sys.executable, str(Path(__file__).resolve()), "_duckdb-worker", "--snapshot", str(snap.path),
               "--rules", str(args.rules), "--threads", threads]
     engines: dict[str, list[str] | None] = {
-        "effect-recon run": [str(binary), "run", "--snapshot", str(snap.path), "--out", str(run_out),
+        "effect-recon run": [*pin, str(binary), "run", "--snapshot", str(snap.path), "--out", str(run_out),
                              "--rules", str(args.rules), "--replace", "--target-partitions", threads, "-q"],
         "duckdb recon": None if args.skip_duckdb else [*worker, "--mode", "recon", "--out", str(duck_out)],
         "mariadb missing (warm)": None,
-        "effect-recon bare scan": [str(binary), "sql", "--snapshot", str(snap.path), "--target-partitions", threads,
+        "effect-recon bare scan": [*pin, str(binary), "sql", "--snapshot", str(snap.path), "--target-partitions", threads,
                                    "-f", str(BENCHES / "bare_scan.sql"), "--format", "csv"],
         "duckdb bare scan": None if args.skip_duckdb else [*worker, "--mode", "scan"],
     }
@@ -546,7 +555,7 @@ def bench_case(case: Case, args, binary: Path, rules: list[dict], work: Path) ->
         if args.buffer_pool:
             db.query(f"SET GLOBAL innodb_buffer_pool_size = {parse_size(args.buffer_pool)}", "resize buffer pool", None)
             time.sleep(2)  # the resize finishes in the background
-        con = duckdb_session(snap, rules, args.threads, cut, since)
+        con = duckdb_session(snap, rules, case.threads, cut, since)
         info = mariadb_load(db, con, snap, rules, work)
         con.close()
         print(f"  MariaDB: loaded {MARIADB_DB} in {info['load_s']:.1f}s (not timed below)")
@@ -651,6 +660,18 @@ def table(case: Case) -> list[str]:
     return lines
 
 
+def sweep_table(cases: list[Case]) -> list[str]:
+    """One line per (day, T): the run against DuckDB, the ratio the scaling is judged by."""
+    lines = ["### Threads sweep", "", "| day | T | effect-recon run | duckdb recon | run ÷ DuckDB |", "|---|---:|---:|---:|---:|"]
+    for case in cases:
+        med = {name: statistics.median(m.wall_s for m in ms) for name, ms in case.samples.items()}
+        run, duck = med.get("effect-recon run"), med.get("duckdb recon")
+        ratio = f"{run / duck:.2f}" if run and duck else "—"
+        day = case.label.rsplit(", T = ", 1)[0]
+        lines.append(f"| {day} | {case.threads} | {run or 0:.3f} s | {duck or 0:.3f} s | {ratio} |")
+    return lines + [""]
+
+
 def write_results(path: Path, cases: list[Case], args, binary: Path, argv: list[str]) -> None:
     tried = "## What we tried\n\n_(left for the lead: what was changed in the engine and what it did to these numbers)_\n"
     if path.exists():
@@ -667,8 +688,9 @@ def write_results(path: Path, cases: list[Case], args, binary: Path, argv: list[
              f"Each engine runs as a child process; wall time is the process's wall clock, peak RSS its "
              f"maximum resident set size from GNU `time -f %M` (DuckDB runs in a child Python, so its RSS "
              f"includes the interpreter and the duckdb module). Engines alternate within each repetition ({args.reps} reps"
-             f"{'' if args.no_warmup else ', after one untimed warm-up round'}); threads = {args.threads} "
-             "(`--target-partitions` for effect-recon, `SET threads` for DuckDB). `engine-reported` is the run's "
+             f"{'' if args.no_warmup else ', after one untimed warm-up round'}); threads T = {', '.join(map(str, args.threads))} "
+             "(`--target-partitions` for effect-recon, `SET threads` for DuckDB)"
+             + (", both pinned to cores 0..T-1 with `taskset`" if args.pin else "") + ". `engine-reported` is the run's "
              "own `time:` line summed (validate + reconcile + write) or DuckDB's time after imports. The DuckDB recon "
              "(`benches/duckdb_recon.sql`, an independent SQL of docs/SEMANTICS.md) reads the same Parquet files, checks "
              "row counts and msg_id uniqueness as the run does, and writes the same three tables to Parquet. "
@@ -676,6 +698,8 @@ def write_results(path: Path, cases: list[Case], args, binary: Path, argv: list[
              "order_id and the time columns), timed through the `mariadb` client after the load, with a warm "
              "buffer pool. The bare scan (`benches/bare_scan.sql`) reads every column the reconciliation reads.",
              "", "## Results", ""]
+    if len(args.threads) > 1:
+        lines += sweep_table(cases)
     for case in cases:
         lines += table(case)
     path.write_text("\n".join(lines) + "\n" + tried)
@@ -690,7 +714,10 @@ def parse_args(argv: list[str]):
                    help="generate a 24-partition day of N orders with `effect-recon gen` (several sizes allowed)")
     p.add_argument("--snapshot", type=Path, action="append", default=[], help="an existing snapshot (repeatable)")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per engine (default 3)")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads / target partitions (default nproc)")
+    p.add_argument("--threads", type=int, nargs="+", default=[os.cpu_count()], metavar="T",
+                   help="threads / target partitions; several values sweep (default nproc)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                   help="pin both engines to cores 0..T-1 with taskset (default on)")
     p.add_argument("--seed", type=int, default=7, help="gen seed (default 7)")
     p.add_argument("--rules", type=Path, default=DEFAULT_RULES, help="rules TOML (default fixtures/rules.toml)")
     p.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "effect-recon-bench",
@@ -711,7 +738,7 @@ def parse_args(argv: list[str]):
     args = p.parse_args(argv)
     if not args.orders and not args.snapshot:
         p.error("give --orders N [N ...] and/or --snapshot PATH")
-    if args.reps < 1 or args.threads < 1:
+    if args.reps < 1 or min(args.threads) < 1:
         p.error("--reps and --threads must be at least 1")
     args.rules = args.rules.resolve()
     return args
@@ -749,12 +776,14 @@ def main(argv: list[str]) -> int:
     done = []
     try:
         for label, open_snapshot, name in cases:
-            print(f"{label}")
-            work = args.work_dir / name
-            work.mkdir(parents=True, exist_ok=True)
-            case = Case(label, open_snapshot())
-            bench_case(case, args, binary, rules, work)
-            done.append(case)
+            snapshot = open_snapshot()
+            for threads in args.threads:
+                print(f"{label}, T = {threads}")
+                work = args.work_dir / name
+                work.mkdir(parents=True, exist_ok=True)
+                case = Case(f"{label}, T = {threads}", snapshot, threads)
+                bench_case(case, args, binary, rules, work)
+                done.append(case)
     finally:
         if not args.skip_mariadb and not args.keep_mariadb:
             try:

@@ -41,6 +41,7 @@ pub struct PartWriter {
     stem: String,
     schema: SchemaRef,
     rows_per_file: usize,
+    row_group_rows: usize,
     current: Option<ArrowWriter<Vec<u8>>>,
     current_rows: usize,
     files: Vec<FileEntry>,
@@ -55,6 +56,7 @@ impl PartWriter {
             stem: "part".to_string(),
             schema,
             rows_per_file: ROWS_PER_FILE,
+            row_group_rows: ROW_GROUP_ROWS,
             current: None,
             current_rows: 0,
             files: Vec::new(),
@@ -64,6 +66,12 @@ impl PartWriter {
     /// Changes how many rows go in one file (tests use tiny values).
     pub fn with_rows_per_file(mut self, rows: usize) -> Self {
         self.rows_per_file = rows.max(1);
+        self
+    }
+
+    /// Changes how many rows go in one row group (tests of scans over many row groups).
+    pub fn with_row_group_rows(mut self, rows: usize) -> Self {
+        self.row_group_rows = rows.max(1);
         self
     }
 
@@ -90,9 +98,11 @@ impl PartWriter {
             let slice = batch.slice(offset, take);
             let writer = match self.current.as_mut() {
                 Some(writer) => writer,
-                None => self
-                    .current
-                    .insert(new_writer(&self.schema, &self.location.display(&self.folder))?),
+                None => self.current.insert(new_writer(
+                    &self.schema,
+                    self.row_group_rows,
+                    &self.location.display(&self.folder),
+                )?),
             };
             writer.write(&slice).map_err(|e| self.error(e))?;
             self.current_rows += take;
@@ -112,7 +122,9 @@ impl PartWriter {
     async fn flush_part(&mut self) -> Result<()> {
         let writer = match self.current.take() {
             Some(writer) => writer,
-            None => new_writer(&self.schema, &self.location.display(&self.folder))?,
+            None => {
+                new_writer(&self.schema, self.row_group_rows, &self.location.display(&self.folder))?
+            }
         };
         let bytes = writer.into_inner().map_err(|e| self.error(e))?;
         let path = format!("{}/{}-{:05}.parquet", self.folder, self.stem, self.files.len());
@@ -135,18 +147,30 @@ impl PartWriter {
 /// fixed row-group size, and a `created_by` without a build-specific part, so the same
 /// rows give the same bytes.
 pub fn writer_properties() -> WriterProperties {
+    properties(ROW_GROUP_ROWS)
+}
+
+fn properties(row_group_rows: usize) -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_row_count(Some(row_group_rows))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_created_by(format!("effect-recon {}", env!("CARGO_PKG_VERSION")))
         .build()
 }
 
-fn new_writer(schema: &SchemaRef, what: &str) -> Result<ArrowWriter<Vec<u8>>> {
-    ArrowWriter::try_new(Vec::new(), std::sync::Arc::clone(schema), Some(writer_properties()))
-        .map_err(|e| Error::Output {
-            location: what.to_string(),
-            message: format!("creating Parquet writer: {e}"),
-        })
+fn new_writer(
+    schema: &SchemaRef,
+    row_group_rows: usize,
+    what: &str,
+) -> Result<ArrowWriter<Vec<u8>>> {
+    ArrowWriter::try_new(
+        Vec::new(),
+        std::sync::Arc::clone(schema),
+        Some(properties(row_group_rows)),
+    )
+    .map_err(|e| Error::Output {
+        location: what.to_string(),
+        message: format!("creating Parquet writer: {e}"),
+    })
 }

@@ -19,12 +19,24 @@ pub struct SessionOptions {
     /// Bound on the memory of operators that can spill; `None` = unbounded.
     pub memory_limit: Option<usize>,
     /// Input rows aggregated per pass of `run` (larger days go one order_id range at a
-    /// time): about 100 bytes of aggregation state each.
+    /// time): about 100 bytes of aggregation state each. Derived from the memory there
+    /// is ([`rows_per_pass_for`]), so passes happen only when memory requires them.
     pub rows_per_pass: u64,
 }
 
-/// Default of [`SessionOptions::rows_per_pass`]: about a gigabyte of aggregation state.
+/// [`SessionOptions::rows_per_pass`] when the machine's memory cannot be read: about a
+/// gigabyte of aggregation state.
 pub const ROWS_PER_PASS: u64 = 12_000_000;
+
+/// Bytes of aggregation state one input row costs in `effect_state` (measured upper
+/// bound, hash tables included).
+const BYTES_PER_AGGREGATED_ROW: usize = 100;
+
+/// The most input rows one pass may aggregate so that its state takes about half of
+/// `memory` bytes (the other half is left to scans, joins and the outputs).
+pub fn rows_per_pass_for(memory: usize) -> u64 {
+    (memory / 2 / BYTES_PER_AGGREGATED_ROW).max(1) as u64
+}
 
 impl Default for SessionOptions {
     fn default() -> Self {
@@ -32,7 +44,7 @@ impl Default for SessionOptions {
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
             memory_limit: None,
-            rows_per_pass: ROWS_PER_PASS,
+            rows_per_pass: machine_memory().map_or(ROWS_PER_PASS, rows_per_pass_for),
         }
     }
 }
@@ -42,9 +54,28 @@ impl SessionOptions {
     /// takes about half the limit.
     pub fn with_memory_limit(mut self, limit: usize) -> Self {
         self.memory_limit = Some(limit);
-        self.rows_per_pass = self.rows_per_pass.min((limit / 200).max(1) as u64);
+        self.rows_per_pass = self.rows_per_pass.min(rows_per_pass_for(limit));
         self
     }
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), or the cgroup limit
+/// when a container has a smaller one; `None` where neither can be read.
+fn machine_memory() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total_kib: usize = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let total = total_kib.checked_mul(1024)?;
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|limit| limit.trim().parse::<usize>().ok());
+    Some(cgroup.map_or(total, |limit| limit.min(total)))
 }
 
 /// Builds a session with `options`.

@@ -22,6 +22,8 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::MemTable;
 use datafusion::physical_plan::collect;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::metrics::MetricValue;
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 use crate::config::RuleSet;
@@ -493,12 +495,40 @@ async fn execute(
     if explain {
         let header =
             format!("{}.sql ({})", query.name, crate::time::format_elapsed(started.elapsed()));
-        plans.push((
-            header,
-            DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string(),
-        ));
+        let mut text =
+            DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string();
+        scan_balance(physical.as_ref(), &mut text);
+        plans.push((header, text));
     }
     Ok((physical.schema(), batches))
+}
+
+/// Appends, for every file scan of an executed plan, the rows each partition produced and
+/// the skew (1 - mean/max): partitions left empty by pruned scans idle their cores.
+fn scan_balance(plan: &dyn ExecutionPlan, text: &mut String) {
+    if plan.name() == "DataSourceExec" {
+        let partitions = plan.properties().output_partitioning().partition_count();
+        let mut rows = vec![0usize; partitions];
+        for metric in plan.metrics().iter().flat_map(|m| m.iter()) {
+            if let (MetricValue::OutputRows(count), Some(p)) = (metric.value(), metric.partition())
+            {
+                if let Some(slot) = rows.get_mut(p) {
+                    *slot += count.value();
+                }
+            }
+        }
+        let max = rows.iter().copied().max().unwrap_or(0);
+        let mean = rows.iter().sum::<usize>() as f64 / partitions.max(1) as f64;
+        let skew = if max == 0 { 0.0 } else { 1.0 - mean / max as f64 };
+        let busy = rows.iter().filter(|&&r| r > 0).count();
+        text.push_str(&format!(
+            "scan rows per partition: {rows:?} (busy {busy}/{partitions}, skew {:.0}%)\n",
+            skew * 100.0
+        ));
+    }
+    for child in plan.children() {
+        scan_balance(child.as_ref(), text);
+    }
 }
 
 /// Runs `query` and registers its result as a table of its own name.

@@ -6,6 +6,7 @@
 //! tables in a DataFusion session.
 
 pub mod reader;
+mod row_groups;
 pub mod writer;
 
 pub use crate::parquet_parts::FileEntry;

@@ -10,8 +10,7 @@
 // still does exactly what validation needs (a footer and one column through object_store).
 #![allow(deprecated)]
 
-use std::collections::{BTreeMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
@@ -25,9 +24,10 @@ use datafusion::datasource::MemTable;
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
+use super::row_groups::{FileRowGroups, OrderRangeTable, RowGroupIndex};
 use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, MANIFEST, SNAPSHOT_FORMAT};
 use crate::error::{Error, Result};
 use crate::storage::Location;
@@ -141,34 +141,54 @@ impl Snapshot {
     /// which must not read the whole snapshot to show one order.
     pub async fn register_files(&self, ctx: &SessionContext) -> Result<SnapshotStats> {
         ctx.register_object_store(self.location.store_url(), Arc::clone(self.location.store()));
+        // Footers are read concurrently (a round trip each on object storage); results keep
+        // manifest order, so the first bad file listed is the one reported.
+        let concurrency = ctx.state().config().target_partitions().max(1);
+        let listed: Vec<(Table, &FileEntry)> = Table::ALL
+            .into_iter()
+            .flat_map(|table| self.files(table).iter().map(move |file| (table, file)))
+            .collect();
+        let checked: Vec<(SchemaRef, FileRowGroups)> = futures::stream::iter(&listed)
+            .map(|&(table, file)| self.validate_file(table, file))
+            .buffered(concurrency)
+            .try_collect()
+            .await?;
         let mut stats = SnapshotStats::default();
         for table in Table::ALL {
             let mut groups: Vec<(SchemaRef, Vec<String>)> = Vec::new();
+            let mut row_groups = RowGroupIndex::new();
             let mut table_rows = 0;
-            for file in self.files(table) {
-                let schema = self.validate_file(table, file).await?;
+            let files = listed.iter().zip(checked.iter()).filter(|((t, _), _)| *t == table);
+            for ((_, file), (schema, file_row_groups)) in files {
+                row_groups
+                    .insert(self.location.path(&file.path).to_string(), file_row_groups.clone());
                 table_rows += file.rows;
                 if table == Table::Receipts {
                     let source = file.path.split('/').nth(1).unwrap_or("default");
                     *stats.rows.entry(format!("receipts/{source}")).or_default() += file.rows;
                 }
                 let url = self.location.url(&file.path);
-                match groups.iter_mut().find(|(s, _)| same_types(s, &schema)) {
+                match groups.iter_mut().find(|(s, _)| same_types(s, schema)) {
                     Some((_, urls)) => urls.push(url),
-                    None => groups.push((schema, vec![url])),
+                    None => groups.push((Arc::clone(schema), vec![url])),
                 }
                 stats.files += 1;
             }
             stats.rows.insert(table.name().to_string(), table_rows);
-            let frame = self.table_frame(ctx, table, groups).await?;
+            let frame = self.table_frame(ctx, table, groups, &row_groups).await?;
             ctx.register_table(table.name(), frame.into_view())
                 .map_err(|e| Error::query(format!("registering table {}", table.name()), e))?;
         }
         Ok(stats)
     }
 
-    /// Opens one file's footer and checks rows, columns, types and NULLs; returns its schema.
-    async fn validate_file(&self, table: Table, file: &FileEntry) -> Result<SchemaRef> {
+    /// Opens one file's footer and checks rows, columns, types and NULLs; returns its
+    /// schema and where its row groups lie.
+    async fn validate_file(
+        &self,
+        table: Table,
+        file: &FileEntry,
+    ) -> Result<(SchemaRef, FileRowGroups)> {
         let shown = self.location.display(&file.path);
         let fail = |message: String| Error::SnapshotFile { file: shown.clone(), message };
         let path = self.location.path(&file.path);
@@ -217,7 +237,7 @@ impl Snapshot {
                 }
             }
         }
-        Ok(schema)
+        Ok((schema, FileRowGroups::from_metadata(builder.metadata(), meta.size)))
     }
 
     /// One DataFrame over all files of `table`, normalised to the contract types.
@@ -226,6 +246,7 @@ impl Snapshot {
         ctx: &SessionContext,
         table: Table,
         groups: Vec<(SchemaRef, Vec<String>)>,
+        row_groups: &RowGroupIndex,
     ) -> Result<DataFrame> {
         let context = |e| Error::query(format!("reading table {}", table.name()), e);
         let mut frames = Vec::new();
@@ -242,6 +263,7 @@ impl Snapshot {
                 .with_listing_options(options)
                 .with_schema(Arc::clone(&scan_schema));
             let provider = ListingTable::try_new(config).map_err(context)?;
+            let provider = OrderRangeTable::new(Arc::new(provider), row_groups.clone());
             let frame = ctx.read_table(Arc::new(provider)).map_err(context)?;
             let columns: Vec<Expr> =
                 table.columns().iter().map(|spec| normalised(&scan_schema, spec)).collect();
@@ -379,26 +401,58 @@ async fn first_null_row(
 
 /// `msg_id` is the ledger's key: a duplicate means two decisions for one message.
 ///
-/// The 64-bit hashes of all msg_ids go into one set (far faster and smaller than grouping
+/// The 64-bit hashes of all msg_ids are compared (far faster and smaller than grouping
 /// the strings); only when a hash repeats are the strings behind it compared exactly.
+/// Every scan partition routes its hashes into shards by value, and each shard is sorted
+/// on its own task, so the check uses every core instead of one shared set.
 async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<()> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
-    let mut stream = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[])
+    let streams = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[])
         .await?
-        .execute_stream()
+        .execute_stream_partitioned()
         .await
         .map_err(context)?;
-    let mut seen: HashSet<u64, BuildHasherDefault<PrehashedKey>> =
-        HashSet::with_capacity_and_hasher(ledger_rows as usize, Default::default());
-    let mut repeated: Vec<u64> = Vec::new();
-    while let Some(batch) = stream.try_next().await.map_err(context)? {
-        let hashes = batch.column(0).as_primitive::<UInt64Type>();
-        repeated.extend(hashes.values().iter().filter(|h| !seen.insert(**h)));
+    let shards = ctx.state().config().target_partitions().max(1);
+    let expected_per_shard = ledger_rows as usize / shards / streams.len().max(1);
+    let routing: Vec<_> = streams
+        .into_iter()
+        .map(|mut stream| {
+            tokio::spawn(async move {
+                let mut buckets = vec![Vec::with_capacity(expected_per_shard); shards];
+                while let Some(batch) = stream.try_next().await? {
+                    for &hash in batch.column(0).as_primitive::<UInt64Type>().values() {
+                        buckets[shard_of(hash, shards)].push(hash);
+                    }
+                }
+                Ok::<_, datafusion::error::DataFusionError>(buckets)
+            })
+        })
+        .collect();
+    let mut by_shard: Vec<Vec<Vec<u64>>> = vec![Vec::new(); shards];
+    for task in routing {
+        let buckets = task.await.map_err(|e| Error::Internal(format!("msg_id check: {e}")))?;
+        for (shard, bucket) in by_shard.iter_mut().zip(buckets.map_err(context)?) {
+            shard.push(bucket);
+        }
     }
-    drop(seen);
+    let sorting: Vec<_> = by_shard
+        .into_iter()
+        .map(|buckets| {
+            tokio::task::spawn_blocking(move || {
+                let mut hashes = buckets.concat();
+                hashes.sort_unstable();
+                hashes.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let mut repeated: Vec<u64> = Vec::new();
+    for task in sorting {
+        repeated.extend(task.await.map_err(|e| Error::Internal(format!("msg_id check: {e}")))?);
+    }
     if repeated.is_empty() {
         return Ok(());
     }
+    repeated.dedup();
     let repeated =
         RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)])
             .map_err(|e| context(e.into()))?;
@@ -420,22 +474,7 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     })
 }
 
-/// The values are already 64-bit hashes: hashing them again would only cost time.
-#[derive(Default)]
-struct PrehashedKey(u64);
-
-impl Hasher for PrehashedKey {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
-        }
-    }
-
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
+/// The shard of a hash: its high bits scaled onto `0..shards` (hashes are uniform).
+fn shard_of(hash: u64, shards: usize) -> usize {
+    (((hash >> 32) * shards as u64) >> 32) as usize
 }

@@ -122,6 +122,12 @@ impl TableWriter {
         self
     }
 
+    /// Smaller row groups (tests of scans over many row groups).
+    pub fn with_row_group_rows(mut self, rows: usize) -> Self {
+        self.parts = self.parts.with_row_group_rows(rows);
+        self
+    }
+
     /// The table written.
     pub fn table(&self) -> Table {
         self.table

@@ -16,6 +16,8 @@
 //!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
 //! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
 //!   finding (§9), and chained runs equal to every night's truth.
+//! * `scaling`      — a pass over one order_id range keeps all 16 partitions busy; passes
+//!   only when memory requires them.
 //! * `snapshots`    — reviewed insta snapshots of what the binary prints (filtered).
 //! * `s3`           — gen → run → verify through an S3 bucket (when
 //!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
@@ -41,6 +43,7 @@ mod messages;
 mod nights;
 mod publish;
 mod s3;
+mod scaling;
 mod slt;
 mod snapshots;
 mod statement;
