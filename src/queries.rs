@@ -60,6 +60,14 @@ pub const VOCABULARY: Query = query!("vocabulary");
 pub const LEDGER_KEY_HASHES: Query = query!("ledger_key_hashes");
 /// Ledger key check, second pass: the msg_ids behind repeated hashes.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
+/// `advise`: decision lag of every ledger row (`$cut`).
+pub const ADVISE_LAGS: Query = query!("advise_lags");
+/// `advise`: reorders per partition, consumer and after a rebalance (`$cut`, `$window`).
+pub const ADVISE_REORDERS: Query = query!("advise_reorders");
+/// `advise`: due to first receipt of one rule (`$cut`, `$due_status`, `$effect`).
+pub const ADVISE_DONE_LAGS: Query = query!("advise_done_lags");
+/// `advise`: a run's skip verdicts counted.
+pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
 
 /// Every query of a run in dependency order: each may read the ones before it.
 pub const PIPELINE: [Query; 13] = [
