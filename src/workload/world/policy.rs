@@ -22,7 +22,9 @@ use super::{World, MINUTE, MS};
 use crate::time::{format_duration, parse_duration, Micros, DAY_MICROS};
 use crate::workload::rng::{mix, SplitMix64};
 
-/// A consumer policy for a message whose order is not in the announced status.
+/// A consumer policy for a message whose order is not in the announced status. Policies
+/// apply to messages whose handler has effects (ORDER_PAID, ORDER_SHIPPED); the skip of any
+/// other message is moot and stays as the skip handler decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     /// SKIPPED at once (today's handler).
@@ -251,7 +253,8 @@ impl World {
             .ledger
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.action == action::SKIPPED)
+            // Only messages whose handler has effects: a skip of any other is moot.
+            .filter(|(_, e)| e.action == action::SKIPPED && !e.event.providers().is_empty())
             .map(|(index, e)| Skipped { index, decided_at: e.decided_at, open: true })
             .collect();
         let mut rng = SplitMix64::new(mix(self.seed ^ mix(out.order_id as u64 ^ 0x9011_C1E5)));
