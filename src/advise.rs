@@ -184,7 +184,8 @@ pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
     for rule in &plan.rules.rules {
         let mut sample = done_lags(&ctx, cut, rule).await?;
         let done_lag = LagQuantiles::of(&mut sample);
-        let (advised, arithmetic) = advise_grace(&done_lag);
+        let trigger = advice.lags.get(&rule.trigger_event).copied().unwrap_or_default();
+        let (advised, arithmetic) = advise_grace(&done_lag, &trigger, &rule.trigger_event);
         advice.graces.push(GraceAdvice {
             effect: rule.effect.clone(),
             current: rule.grace_micros,
@@ -294,22 +295,26 @@ fn round_up(t: Micros, unit: Micros) -> Micros {
     (t + unit - 1).div_euclid(unit).max(1) * unit
 }
 
-/// grace = the larger of 2 × p99.9 and 1.2 × max of the done lag, up to a whole minute.
-fn advise_grace(done: &LagQuantiles) -> (Micros, String) {
+/// grace = 2 x the larger of the p99.9 of the done lag (due to first receipt) and of the
+/// trigger event's decision lag, rounded up to a whole minute: findings younger than that
+/// are still in flight. The maximum is shown, not used: it is a compensation by hand or a
+/// stuck message, and a grace covering it would hold every finding back as long.
+fn advise_grace(done: &LagQuantiles, trigger: &LagQuantiles, event: &str) -> (Micros, String) {
     if done.count == 0 {
         return (30 * MINUTE, "no effect of this rule was done in the snapshot: keep 30m".into());
     }
-    let a = 2 * done.p999;
-    let b = done.max + done.max / 5;
-    let advised = round_up(a.max(b), MINUTE);
+    let base = done.p999.max(trigger.p999);
+    let advised = round_up(2 * base, MINUTE);
     let arithmetic = format!(
-        "max(2 x p99.9 {} = {}, 1.2 x max {} = {}) rounded up to a minute = {} (n = {})",
+        "2 x max(p99.9 due->receipt {}, p99.9 {event} decision lag {}) = {}, rounded up to a \
+         minute = {} (n = {}; max due->receipt {} not used: a compensation by hand or a stuck \
+         message)",
         human(done.p999),
-        human(a),
-        human(done.max),
-        human(b),
+        human(trigger.p999),
+        human(2 * base),
         format_duration(advised),
-        done.count
+        done.count,
+        human(done.max)
     );
     (advised, arithmetic)
 }
@@ -340,17 +345,17 @@ fn advise_n(advice: &Advice) -> (Micros, String) {
             ),
         );
     }
-    let n = round_up(2 * s.behind_lag.max.max(trigger_p999), SECOND);
+    let n = round_up(2 * s.behind_lag.max, SECOND);
     (
         n,
         format!(
-            "{} skips saw a status behind their message, up to {} after the change: the read \
-             lags by at least that; N = 2 x max({}, p99.9 trigger lag {}) rounded up to a \
-             second = {}; the {} skips that saw a later status are not fixed by any N",
+            "{} skips saw a status behind their message, up to {} after the change: the status \
+             read lags by at least that; N = 2 x {} rounded up to a second = {}; keep N well \
+             below the time to the order's next status change (a re-check that sees a later \
+             status skips again); the {} skips that saw a later status are not fixed by any N",
             s.behind,
             human(s.behind_lag.max),
             human(s.behind_lag.max),
-            human(trigger_p999),
             format_duration(n),
             s.ahead
         ),
