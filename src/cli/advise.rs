@@ -12,8 +12,10 @@ use super::Outcome;
 /// partition, consumer and after a rebalance, the share of WRONG skips, and a suggested
 /// rules file with a grace per rule and the N of PENDING_REVIEW, the arithmetic shown.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Example:\n  effect-recon gen --out /tmp/advise-snap --orders 100000 --seed 7\n  \
-effect-recon advise --snapshot /tmp/advise-snap --rules-out /tmp/suggested-rules.toml")]
+#[command(
+    after_help = "Example:\n  effect-recon gen --out /tmp/advise-snap --orders 100000 --seed 7\n  \
+effect-recon advise --snapshot /tmp/advise-snap --rules-out /tmp/suggested-rules.toml"
+)]
 pub(crate) struct AdviseArgs {
     /// The snapshot folder (a directory, file:// or s3:// URL).
     #[arg(long, value_name = "DIR|URL")]

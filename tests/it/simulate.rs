@@ -68,9 +68,10 @@ fn run_policy(
 
 /// What the world is made of, whatever the policy: statuses, and the order-event
 /// messages (id, event, production, partition).
-type WorldRows = Vec<(i64, Vec<(Status, i64)>, Vec<(String, Status, i64, i32)>)>;
+type OrderWorld = (i64, Vec<(Status, i64)>, Vec<(String, Status, i64, i32)>);
+type WorldRows = Vec<OrderWorld>;
 
-fn world_rows(order: &OrderRows) -> (i64, Vec<(Status, i64)>, Vec<(String, Status, i64, i32)>) {
+fn world_rows(order: &OrderRows) -> OrderWorld {
     let history = order.history.iter().map(|c| (c.status, c.at)).collect();
     let messages = order
         .ledger
