@@ -1,4 +1,4 @@
--- advise_done_lags (`effect-recon advise`): for one rule, from the order's earliest change
+-- advise_done_lags: (`effect-recon advise`) for one rule, from the order's earliest change
 -- to the due status $due_status to its first SUCCEEDED receipt of $effect, both by the
 -- cut, over the orders where the effect was done at or after it became due, in
 -- microseconds. $cut: Int64 microseconds; $due_status, $effect: Utf8.

@@ -1,4 +1,4 @@
--- advise_lags (`effect-recon advise`): every ledger row decided by the cut with its
+-- advise_lags: (`effect-recon advise`) every ledger row decided by the cut with its
 -- decision lag, decided_at minus the earliest changed_at of the status its event
 -- announces (expected_status, else the event type without its ORDER_ prefix), in
 -- microseconds, and what the handler saw (to sort SKIPPED rows into behind / ahead / voided).

@@ -1,4 +1,4 @@
--- advise_reorders (`effect-recon advise`): ledger rows decided by the cut, per partition,
+-- advise_reorders: (`effect-recon advise`) ledger rows decided by the cut, per partition,
 -- consumer and whether they were decided within $window microseconds after their
 -- partition changed consumer (a rebalance: a row whose consumer differs from the row
 -- decided before it on that partition), with how many of them were reordered: decided
