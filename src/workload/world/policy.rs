@@ -515,3 +515,45 @@ impl World {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::world::Lag;
+
+    #[test]
+    fn policies_parse_and_print_back() {
+        for text in [
+            "skip",
+            "pending-review:5s",
+            "pending-review:1m",
+            "rereview-event",
+            "scan:5m",
+            "scan:5m:2h",
+            "state-machine",
+            "state-machine+scan:5m",
+        ] {
+            assert_eq!(Policy::parse(text).unwrap().to_string(), text);
+        }
+        assert_eq!(
+            Policy::parse("scan:30s").unwrap(),
+            Policy::Scan { interval: 30_000_000, ttl: DEFAULT_SCAN_TTL }
+        );
+        for bad in ["", "skip:5s", "pending-review", "pending-review:0s", "scan:5m:1h:2", "x"] {
+            assert!(Policy::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn lags_parse() {
+        assert_eq!(Lag::parse("uniform:5ms..1500ms").unwrap(), Lag::default());
+        assert_eq!(
+            Lag::parse("exp:5ms+400ms").unwrap(),
+            Lag::Exponential { low: 5_000, mean: 400_000 }
+        );
+        assert_eq!(Lag::parse("exp:2s").unwrap(), Lag::Exponential { low: 0, mean: 2_000_000 });
+        for bad in ["uniform:2s..1s", "exp:0s", "normal:1s", "uniform:1s"] {
+            assert!(Lag::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
