@@ -13,7 +13,8 @@ use super::Outcome;
 /// cost, time to correct, and what the T+1 reconciliation still catches.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Policies: skip | pending-review:N | rereview-event | scan:INTERVAL[:TTL] | state-machine\n\n\
+    after_help = "Policies: skip | pending-review:N | rereview-event | scan:INTERVAL[:TTL] | state-machine |\n\
+state-machine+scan:INTERVAL[:TTL] (TTL default 1d). docs/REVERSIBLE-SKIPS.md explains the figures.\n\n\
 Example:\n  effect-recon simulate --orders 1000000 --seed 7 --out /tmp/sim\n  \
 effect-recon simulate --orders 200000 --seed 7 --sweep --no-net --out /tmp/sweep\n\n\
 --out gets policies.csv, time_to_correct.csv, policies.svg, time_to_correct.svg (and sweep.csv,\n\
@@ -39,7 +40,7 @@ pub(crate) struct SimulateArgs {
     /// Consumer lag from production to handling: uniform:LOW..HIGH or exp:LOW+MEAN.
     #[arg(long, value_name = "DIST", value_parser = Lag::parse, default_value = "uniform:5ms..1500ms")]
     lag: Lag,
-    /// Consumers read the order status from a replica this far behind (default 0).
+    /// Consumers read the order status from a replica this far behind.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0s")]
     read_lag: i64,
     /// Also sweep N of pending-review (1s..1h) and INTERVAL of scan (30s..6h), without net.
