@@ -21,7 +21,7 @@ fn chart_error(e: impl std::fmt::Display) -> Error {
     Error::Output { location: "chart".into(), message: e.to_string() }
 }
 
-/// One bar panel: `values` per label.
+/// One panel of horizontal bars: `values` per label, the first label on top.
 fn bars<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
@@ -31,38 +31,44 @@ fn bars<DB: DrawingBackend>(
 where
     DB::ErrorType: 'static,
 {
-    let top = values.iter().copied().fold(0.0f64, f64::max).max(1.0) * 1.15;
+    let n = labels.len() as i32;
+    let top = values.iter().copied().fold(0.0f64, f64::max).max(1.0) * 1.2;
+    // Segment k holds label n - 1 - k, so that the first label is the top bar.
+    let label_of = |k: i32| labels.get((n - 1 - k) as usize).cloned().unwrap_or_default();
     let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(90)
-        .y_label_area_size(60)
-        .build_cartesian_2d((0..labels.len() as i32).into_segmented(), 0.0..top)
+        .caption(title, ("sans-serif", 15))
+        .margin(8)
+        .x_label_area_size(25)
+        .y_label_area_size(190)
+        .build_cartesian_2d(0.0..top, (0..n).into_segmented())
         .map_err(chart_error)?;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(labels.len())
-        .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+        .disable_y_mesh()
+        .y_labels(labels.len())
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(k) => label_of(*k),
             _ => String::new(),
         })
-        .x_label_style(("sans-serif", 11).into_font().transform(FontTransform::Rotate90))
+        .y_label_style(("sans-serif", 12))
+        .x_labels(6)
+        .x_label_formatter(&|x| format_value(*x))
         .draw()
         .map_err(chart_error)?;
     for (i, v) in values.iter().enumerate() {
+        let k = n - 1 - i as i32;
         let color = PALETTE[i % PALETTE.len()];
         chart
             .draw_series(std::iter::once(Rectangle::new(
-                [(SegmentValue::Exact(i as i32), 0.0), (SegmentValue::Exact(i as i32 + 1), *v)],
+                [(0.0, SegmentValue::Exact(k)), (*v, SegmentValue::Exact(k + 1))],
                 color.filled(),
             )))
             .map_err(chart_error)?;
         chart
             .draw_series(std::iter::once(Text::new(
                 format_value(*v),
-                (SegmentValue::CenterOf(i as i32), *v + top * 0.02),
-                ("sans-serif", 11),
+                (*v + top * 0.01, SegmentValue::CenterOf(k)),
+                ("sans-serif", 12),
             )))
             .map_err(chart_error)?;
     }
@@ -70,21 +76,27 @@ where
 }
 
 fn format_value(v: f64) -> String {
-    if v == v.trunc() && v.abs() < 1e12 {
+    if v == v.trunc() || v.abs() >= 100.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.1}")
     }
 }
 
+/// The height of a panel of `n` bars.
+fn panel_height(n: usize) -> u32 {
+    70 + 24 * n as u32
+}
+
 /// Lost and wrong effects, and database work per 1000 messages, per policy.
 pub fn policies_svg(reports: &[PolicyReport], title: &str) -> Result<String> {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1200, 520)).into_drawing_area();
+        let size = (1000, 40 + 3 * panel_height(reports.len()));
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(chart_error)?;
-        let root = root.titled(title, ("sans-serif", 18)).map_err(chart_error)?;
-        let panels = root.split_evenly((1, 3));
+        let root = root.titled(title, ("sans-serif", 16)).map_err(chart_error)?;
+        let panels = root.split_evenly((3, 1));
         let labels: Vec<String> = reports.iter().map(|r| r.label.clone()).collect();
         let lost: Vec<f64> = reports.iter().map(|r| r.outcome.lost as f64).collect();
         let wrong: Vec<f64> = reports.iter().map(|r| r.wrong() as f64).collect();
@@ -158,10 +170,11 @@ pub fn time_to_correct_svg(reports: &[PolicyReport], title: &str) -> Result<Stri
 pub fn sweep_svg(reports: &[PolicyReport], title: &str) -> Result<String> {
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (1200, 520)).into_drawing_area();
+        let size = (1000, 40 + 3 * panel_height(reports.len()));
+        let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
         root.fill(&WHITE).map_err(chart_error)?;
-        let root = root.titled(title, ("sans-serif", 18)).map_err(chart_error)?;
-        let panels = root.split_evenly((1, 3));
+        let root = root.titled(title, ("sans-serif", 16)).map_err(chart_error)?;
+        let panels = root.split_evenly((3, 1));
         let labels: Vec<String> = reports.iter().map(|r| r.label.clone()).collect();
         let lost: Vec<f64> = reports.iter().map(|r| r.outcome.lost as f64).collect();
         let p99: Vec<f64> = reports.iter().map(|r| r.ttc.p99 as f64 / 1e6).collect();
