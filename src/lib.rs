@@ -38,6 +38,7 @@
 //!
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
+pub mod advise;
 pub mod alert;
 pub mod config;
 pub mod demo;
@@ -53,6 +54,7 @@ pub mod queries;
 pub mod recon;
 pub mod run_outputs;
 pub mod session;
+pub mod simulate;
 pub mod snapshot;
 pub mod storage;
 pub mod time;

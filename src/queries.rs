@@ -60,6 +60,14 @@ pub const VOCABULARY: Query = query!("vocabulary");
 pub const LEDGER_KEY_HASHES: Query = query!("ledger_key_hashes");
 /// Ledger key check, second pass: the msg_ids behind repeated hashes.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
+/// `advise`: decision lag of every ledger row (`$cut`).
+pub const ADVISE_LAGS: Query = query!("advise_lags");
+/// `advise`: reorders per partition, consumer and after a rebalance (`$cut`, `$window`).
+pub const ADVISE_REORDERS: Query = query!("advise_reorders");
+/// `advise`: due to first receipt of one rule (`$cut`, `$due_status`, `$effect`).
+pub const ADVISE_DONE_LAGS: Query = query!("advise_done_lags");
+/// `advise`: a run's skip verdicts counted.
+pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
 
 /// Every query of a run in dependency order: each may read the ones before it.
 pub const PIPELINE: [Query; 13] = [
@@ -78,7 +86,11 @@ pub const PIPELINE: [Query; 13] = [
     RESOLVED,
 ];
 
-/// Every embedded query: the pipeline and the checks.
+/// The queries of `advise` (their own parameters: not registered with a run's bounds).
+pub const ADVISE: [Query; 4] =
+    [ADVISE_LAGS, ADVISE_REORDERS, ADVISE_DONE_LAGS, ADVISE_SKIP_VERDICTS];
+
+/// Every embedded query of a run: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {
     PIPELINE.into_iter().chain([ORDER_ID_SPAN, LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS, VOCABULARY])
 }
@@ -151,7 +163,7 @@ fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> R
 mod tests {
     #[test]
     fn every_query_starts_with_its_contract() {
-        for query in super::all() {
+        for query in super::all().chain(super::ADVISE) {
             assert!(
                 query.text.starts_with(&format!("-- {}:", query.name)),
                 "sql/{}.sql lacks its header comment",
@@ -169,7 +181,8 @@ mod tests {
             .filter_map(|name| name.strip_suffix(".sql").map(str::to_string))
             .collect();
         files.sort();
-        let mut embedded: Vec<String> = super::all().map(|q| q.name.to_string()).collect();
+        let mut embedded: Vec<String> =
+            super::all().chain(super::ADVISE).map(|q| q.name.to_string()).collect();
         embedded.sort();
         assert_eq!(files, embedded);
     }

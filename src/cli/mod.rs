@@ -1,6 +1,7 @@
 //! Command-line front end: one file per subcommand, each turning its clap arguments into
 //! a validated plan of the library before any work starts.
 
+mod advise;
 mod demo;
 mod explain;
 mod export;
@@ -11,6 +12,7 @@ mod progress;
 mod publish;
 mod reopen;
 mod run;
+mod simulate;
 mod sql;
 mod statement;
 mod verify;
@@ -54,6 +56,11 @@ enum Command {
     Reopen(reopen::ReopenArgs),
     /// One order's story in time order: statuses, ledger decisions, receipts, findings, tasks.
     Explain(explain::ExplainArgs),
+    /// One generated world under several consumer skip policies side by side: costs, lost
+    /// and wrong effects, time to correct, and what the T+1 run still catches.
+    Simulate(simulate::SimulateArgs),
+    /// Advise a grace per rule and the N of PENDING_REVIEW from a snapshot's real lags.
+    Advise(advise::AdviseArgs),
 }
 
 /// How a successful command ended.
@@ -114,6 +121,8 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Publish(args) => publish::execute(args).await,
         Command::Reopen(args) => reopen::execute(args).await,
         Command::Explain(args) => explain::execute(args).await,
+        Command::Simulate(args) => simulate::execute(args).await,
+        Command::Advise(args) => advise::execute(args).await,
     }
 }
 

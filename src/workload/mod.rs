@@ -36,7 +36,7 @@ use crate::time::Window;
 use crate::time::{format_instant, parse_instant, Micros, DAY_MICROS};
 use sinks::{rows_by_table, TableSinks, TruthSink};
 use truth::{Judge, TruthColumns, TruthRow, FINDING, TRUTH_FILE};
-use world::{Fault, OrderRows, Provider, World, INCIDENT_ORDER};
+use world::{Fault, OrderRows, Policy, PolicyOutcome, Provider, World, INCIDENT_ORDER};
 
 /// Orders simulated (and rows held in memory) per block.
 pub const BLOCK_ORDERS: usize = 64 * 1024;
@@ -336,13 +336,27 @@ impl Sink {
 
 /// Generates the snapshot and its truth; `manifest.json` is written last.
 pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
+    plan.validate()?;
+    let rules = RuleSet::default_rules()?;
+    let world = plan.world(&rules);
+    generate_under(plan, &world, &Policy::Skip, &mut PolicyOutcome::default()).await
+}
+
+/// Generates the snapshot and its truth of `world` (made from `plan`, perhaps with other
+/// knobs) with the consumer running `policy`, adding its costs and outcomes to `outcome`.
+/// Under [`Policy::Skip`] and `plan.world(..)` this is [`generate`].
+pub async fn generate_under(
+    plan: &GenPlan,
+    world: &World,
+    policy: &Policy,
+    outcome: &mut PolicyOutcome,
+) -> Result<GenReport> {
     let started = Instant::now();
     plan.validate()?;
     if plan.replace {
         plan.out.delete_all().await?;
     }
     let rules = RuleSet::default_rules()?;
-    let world = plan.world(&rules);
     let mut snapshot = SnapshotWriter::create(&plan.out, plan.cut, CREATED_BY).await?;
     let mut sink = Sink::open(&snapshot, plan, &rules)?;
     let mut judge = Judge::new(&rules, plan.window());
@@ -356,7 +370,7 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
     let mut order = OrderRows::default();
     let mut truth_rows = Vec::new();
     for order_id in plan.order_ids() {
-        world.simulate(order_id, &mut offsets, &mut order);
+        world.simulate_under(policy, order_id, &mut offsets, &mut order, outcome);
         truth_rows.clear();
         judge.judge(&order, &mut truth_rows);
         sink.push(&order, &truth_rows);

@@ -28,7 +28,11 @@
 //! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
 //!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
 //!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
+//! * `simulate`     — consumer policies over one world: same world per seed, `skip` = `gen`
+//!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
+//! * `advise`       — `advise` recovers the consumer lag `gen` was given; its rules parse.
 
+mod advise;
 mod bad_input;
 mod cli;
 mod common;
@@ -44,6 +48,7 @@ mod nights;
 mod publish;
 mod s3;
 mod scaling;
+mod simulate;
 mod slt;
 mod snapshots;
 mod statement;

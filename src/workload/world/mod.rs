@@ -38,12 +38,14 @@ const REBALANCE_PERIOD: Micros = 3 * HOUR;
 mod expect;
 mod faults;
 mod model;
+mod policy;
 mod simulate;
 
 pub use model::{
     action, receipt, Expect, ExpectTarget, Fault, LedgerEntry, MsgId, OrderRows, Provider,
     ReceiptEntry, Status, StatusChange,
 };
+pub use policy::{Charge, Policy, PolicyOutcome, Work, DEFAULT_SCAN_TTL};
 use simulate::Mechanism;
 
 /// The simulated world: time frame, topic layout, consumer group and fault rates.
@@ -64,6 +66,85 @@ pub struct World {
     rates: FaultRates,
     incident: bool,
     grace: [Micros; 3],
+    rebalance_period: Micros,
+    lag: Lag,
+    read_lag: Micros,
+}
+
+/// The distribution of a consumer's lag: from a message's production to the start of its
+/// handling.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Lag {
+    /// Uniform in `[low, high)` (the default: 5 ms to 1.5 s).
+    Uniform {
+        /// Lowest lag.
+        low: Micros,
+        /// Highest lag (excluded).
+        high: Micros,
+    },
+    /// `low` plus an exponential tail of mean `mean`.
+    Exponential {
+        /// Lowest lag.
+        low: Micros,
+        /// Mean of the tail.
+        mean: Micros,
+    },
+}
+
+impl Default for Lag {
+    fn default() -> Self {
+        Lag::Uniform { low: 5 * MS, high: 1500 * MS }
+    }
+}
+
+impl std::fmt::Display for Lag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = |t: Micros| crate::time::format_duration(t).replace(' ', "");
+        match *self {
+            Lag::Uniform { low, high } => write!(f, "uniform:{}..{}", d(low), d(high)),
+            Lag::Exponential { low, mean } => write!(f, "exp:{}+{}", d(low), d(mean)),
+        }
+    }
+}
+
+impl Lag {
+    /// `uniform:LOW..HIGH` or `exp:MEAN` / `exp:LOW+MEAN` (durations as in the rules).
+    pub fn parse(text: &str) -> std::result::Result<Lag, String> {
+        let bad = |why: &str| {
+            format!("'{text}' is not a lag distribution: {why}; use uniform:5ms..1500ms or exp:5ms+400ms")
+        };
+        let duration = |t: &str| crate::time::parse_duration(t).map_err(|e| bad(&e));
+        match text.split_once(':') {
+            Some(("uniform", range)) => {
+                let (low, high) = range.split_once("..").ok_or_else(|| bad("no '..'"))?;
+                let (low, high) = (duration(low)?, duration(high)?);
+                if high <= low {
+                    return Err(bad("the high end must be above the low end"));
+                }
+                Ok(Lag::Uniform { low, high })
+            }
+            Some(("exp", spec)) => {
+                let (low, mean) = match spec.split_once('+') {
+                    Some((low, mean)) => (duration(low)?, duration(mean)?),
+                    None => (0, duration(spec)?),
+                };
+                if mean <= 0 {
+                    return Err(bad("the mean must be positive"));
+                }
+                Ok(Lag::Exponential { low, mean })
+            }
+            _ => Err(bad("unknown shape")),
+        }
+    }
+
+    pub(super) fn draw(&self, rng: &mut SplitMix64) -> Micros {
+        match *self {
+            Lag::Uniform { low, high } => rng.between(low, high),
+            Lag::Exponential { low, mean } => {
+                low + (-(1.0 - rng.unit()).ln() * mean as f64).round() as Micros
+            }
+        }
+    }
 }
 
 impl World {
@@ -79,7 +160,7 @@ impl World {
         grace: [Micros; 3],
     ) -> Self {
         let start = cut - 2 * DAY_MICROS;
-        let epoch = start + (mix(seed ^ 0xEB0C) % REBALANCE_PERIOD as u64) as Micros;
+        let epoch = rebalance_epoch(seed, start, REBALANCE_PERIOD);
         World {
             seed,
             partitions: partitions.max(1),
@@ -93,7 +174,58 @@ impl World {
             rates,
             incident,
             grace,
+            rebalance_period: REBALANCE_PERIOD,
+            lag: Lag::default(),
+            read_lag: 0,
         }
+    }
+
+    /// The same world with the consumer group rebalancing every `period` instead of
+    /// every 3 hours.
+    pub fn with_rebalance_period(mut self, period: Micros) -> Self {
+        self.rebalance_period = period.max(SECOND);
+        self.epoch = rebalance_epoch(self.seed, self.start, self.rebalance_period);
+        self
+    }
+
+    /// The same world with consumers lagging by `lag` (default: 5 ms to 1.5 s uniform).
+    pub fn with_lag(mut self, lag: Lag) -> Self {
+        self.lag = lag;
+        self
+    }
+
+    /// The same world with consumers reading the order status from a replica `read_lag`
+    /// behind (default 0): a message handled sooner than that after its change sees the
+    /// status before it.
+    pub fn with_read_lag(mut self, read_lag: Micros) -> Self {
+        self.read_lag = read_lag.max(0);
+        self
+    }
+
+    /// The same world dumped at `horizon` instead of 6 hours after the cut.
+    pub fn with_horizon(mut self, horizon: Micros) -> Self {
+        self.horizon = horizon.max(self.cut);
+        self
+    }
+
+    /// The cut.
+    pub fn cut(&self) -> Micros {
+        self.cut
+    }
+
+    /// Orders are created from this instant on.
+    pub fn start(&self) -> Micros {
+        self.start
+    }
+
+    /// The databases are dumped at this instant.
+    pub fn horizon(&self) -> Micros {
+        self.horizon
+    }
+
+    /// The rebalance period.
+    pub fn rebalance_period(&self) -> Micros {
+        self.rebalance_period
     }
 
     /// The same world with orders created from `first_cut - 2 days` on instead of
@@ -124,6 +256,29 @@ impl World {
 
     /// Simulates one order into `out`; `offsets` holds the next offset of every partition.
     pub fn simulate(&self, order_id: i64, offsets: &mut [i64], out: &mut OrderRows) {
+        self.draw(order_id, out);
+        self.finish(offsets, out);
+    }
+
+    /// Simulates one order with the consumer running `policy`: the world (timeline,
+    /// messages, consumers, faults) is drawn exactly as for [`World::simulate`], then the
+    /// policy re-decides the messages the skip handler skipped, on its own random stream.
+    /// Its costs and outcomes, over the whole timeline, are added to `outcome`.
+    pub fn simulate_under(
+        &self,
+        policy: &Policy,
+        order_id: i64,
+        offsets: &mut [i64],
+        out: &mut OrderRows,
+        outcome: &mut PolicyOutcome,
+    ) {
+        self.draw(order_id, out);
+        self.apply_policy(policy, out, outcome);
+        self.finish(offsets, out);
+    }
+
+    /// The world of one order under the skip handler, before the dump.
+    fn draw(&self, order_id: i64, out: &mut OrderRows) {
         out.reset(order_id);
         let mut rng = SplitMix64::for_order(self.seed, order_id);
         let fault = if self.incident && order_id == INCIDENT_ORDER {
@@ -143,7 +298,6 @@ impl World {
                 self.expect(mechanism, out);
             }
         }
-        self.finish(offsets, out);
     }
 
     /// Drops what had not happened when the databases were dumped, then hands out offsets.
@@ -165,13 +319,18 @@ impl World {
 
     /// Consumer owning `partition` at `t`: ownership rotates at every rebalance.
     fn owner(&self, partition: i32, t: Micros) -> u32 {
-        let generation = (t - self.epoch).div_euclid(REBALANCE_PERIOD);
+        let generation = (t - self.epoch).div_euclid(self.rebalance_period);
         (partition as i64 + generation).rem_euclid(self.consumers as i64) as u32
     }
 
     fn next_rebalance(&self, t: Micros) -> Micros {
-        self.epoch + ((t - self.epoch).div_euclid(REBALANCE_PERIOD) + 1) * REBALANCE_PERIOD
+        let period = self.rebalance_period;
+        self.epoch + ((t - self.epoch).div_euclid(period) + 1) * period
     }
+}
+
+fn rebalance_epoch(seed: u64, start: Micros, period: Micros) -> Micros {
+    start + (mix(seed ^ 0xEB0C) % period as u64) as Micros
 }
 
 #[cfg(test)]

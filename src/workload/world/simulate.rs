@@ -177,7 +177,7 @@ impl World {
             let StatusChange { status, at } = out.history[seq];
             let msg_id = MsgId::Event { order_id: out.order_id, seq: seq as u8 };
             let produced = at + rng.between(MS, 30 * MS);
-            let mut start = produced + rng.between(5 * MS, 1500 * MS);
+            let mut start = produced + self.lag.draw(rng);
             let mut consumer = self.owner(partition, start);
             match mechanism {
                 Mechanism::Zombie { .. } if status == Status::Paid => {
@@ -201,7 +201,7 @@ impl World {
                 event: status,
                 produced,
                 action: action::SKIPPED,
-                observed: out.status_at(start),
+                observed: out.status_at(start - self.read_lag),
                 partition,
                 offset: 0,
                 consumer,
@@ -299,7 +299,7 @@ impl World {
     ) -> LedgerEntry {
         let start = crashed + rng.between(10 * SECOND, 45 * SECOND);
         entry.consumer = (entry.consumer + 1) % self.consumers;
-        entry.observed = out.status_at(start);
+        entry.observed = out.status_at(start - self.read_lag);
         if entry.observed != entry.event {
             entry.action = action::SKIPPED;
             entry.decided_at = start + rng.between(MS, 10 * MS);

@@ -1,0 +1,499 @@
+//! `advise`: from a real snapshot (and optionally a run of it), how late the consumers
+//! decide, how often they decide out of order, how many skips were wrong, and from these
+//! a `grace` per rule and an N for PENDING_REVIEW, with the arithmetic shown and written
+//! as a suggested rules file (docs/REVERSIBLE-SKIPS.md).
+//!
+//! Everything is read with DataFusion SQL over the snapshot's tables (`sql/advise_*.sql`,
+//! filtered to the cut as `run` does); quantiles are exact (nearest rank) over the lags
+//! the SQL returns.
+
+use std::collections::BTreeMap;
+
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+use datafusion::common::ScalarValue;
+use datafusion::prelude::SessionContext;
+
+use crate::config::{Rule, RuleSet};
+use crate::error::Result;
+use crate::queries;
+use crate::session::SessionOptions;
+use crate::snapshot::Snapshot;
+use crate::storage::Location;
+use crate::time::{format_duration, Micros};
+
+const SECOND: Micros = 1_000_000;
+const MINUTE: Micros = 60 * SECOND;
+
+/// A validated request.
+#[derive(Debug, Clone)]
+pub struct AdvisePlan {
+    /// The snapshot.
+    pub snapshot: Location,
+    /// A run of it, for the share of WRONG skips.
+    pub run: Option<Location>,
+    /// The rules whose graces are advised.
+    pub rules: RuleSet,
+    /// A row decided this long after a partition changed consumer counts as "after a
+    /// rebalance".
+    pub rebalance_window: Micros,
+}
+
+/// Quantiles of a lag sample, in microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LagQuantiles {
+    /// Sample size.
+    pub count: u64,
+    /// Median.
+    pub p50: Micros,
+    /// 90th percentile.
+    pub p90: Micros,
+    /// 99th percentile.
+    pub p99: Micros,
+    /// 99.9th percentile.
+    pub p999: Micros,
+    /// Largest.
+    pub max: Micros,
+}
+
+impl LagQuantiles {
+    /// Nearest-rank quantiles of `sample` (sorted in place).
+    pub fn of(sample: &mut [Micros]) -> LagQuantiles {
+        if sample.is_empty() {
+            return LagQuantiles::default();
+        }
+        sample.sort_unstable();
+        let n = sample.len();
+        let rank = |q: f64| sample[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+        LagQuantiles {
+            count: n as u64,
+            p50: rank(0.5),
+            p90: rank(0.9),
+            p99: rank(0.99),
+            p999: rank(0.999),
+            max: sample[n - 1],
+        }
+    }
+}
+
+/// Messages and out-of-order ones in one group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reorders {
+    /// Ledger rows.
+    pub messages: u64,
+    /// Of those, rows decided after a row of the same order and partition with a larger
+    /// offset (the §5 `reorder_suspected` fingerprint).
+    pub reordered: u64,
+}
+
+impl Reorders {
+    /// reordered / messages.
+    pub fn rate(&self) -> f64 {
+        self.reordered as f64 / self.messages.max(1) as f64
+    }
+
+    fn add(&mut self, other: Reorders) {
+        self.messages += other.messages;
+        self.reordered += other.reordered;
+    }
+}
+
+/// SKIPPED rows by what the handler saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkipKinds {
+    /// The status seen was before the announced one: the message was ahead of the status
+    /// (a stale read, a publish before commit). Re-checking after N can fix these.
+    pub behind: u64,
+    /// The status seen was past the announced one (the rebalance incident). Re-checking
+    /// the current status never fixes these; judging the history does.
+    pub ahead: u64,
+    /// The order was cancelled or refunded: a correct skip.
+    pub voided: u64,
+    /// Anything else (unknown statuses).
+    pub other: u64,
+    /// Decision lag of the `behind` skips.
+    pub behind_lag: LagQuantiles,
+}
+
+/// The grace advised for one rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GraceAdvice {
+    /// The rule's effect.
+    pub effect: String,
+    /// Its grace now.
+    pub current: Micros,
+    /// From the due status change to the first SUCCEEDED receipt, over effects done.
+    pub done_lag: LagQuantiles,
+    /// The advised grace.
+    pub advised: Micros,
+    /// How it was computed.
+    pub arithmetic: String,
+}
+
+/// What `advise` found.
+#[derive(Debug, Clone, Default)]
+pub struct Advice {
+    /// The snapshot's cut.
+    pub cut: Micros,
+    /// Decision lag per event type.
+    pub lags: BTreeMap<String, LagQuantiles>,
+    /// Reorders per partition.
+    pub by_partition: BTreeMap<i32, Reorders>,
+    /// Reorders per consumer.
+    pub by_consumer: BTreeMap<String, Reorders>,
+    /// Reorders within the rebalance window after a partition changed consumer.
+    pub after_rebalance: Reorders,
+    /// Reorders elsewhere.
+    pub steady: Reorders,
+    /// The rebalance window used.
+    pub rebalance_window: Micros,
+    /// SKIPPED rows by kind.
+    pub skips: SkipKinds,
+    /// Skip verdicts of the run, when one was given.
+    pub verdicts: Option<BTreeMap<String, u64>>,
+    /// Grace per rule.
+    pub graces: Vec<GraceAdvice>,
+    /// The advised N of PENDING_REVIEW, and how.
+    pub pending_n: (Micros, String),
+    /// The suggested rules file.
+    pub rules_toml: String,
+}
+
+/// Reads the snapshot (and run) and works out the advice.
+pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
+    let ctx = crate::session::build(&SessionOptions::default())?;
+    let snapshot = Snapshot::open(&plan.snapshot).await?;
+    snapshot.register(&ctx).await?;
+    let cut = snapshot.cut();
+    let mut advice = Advice { cut, rebalance_window: plan.rebalance_window, ..Advice::default() };
+    lags(&ctx, cut, &mut advice).await?;
+    reorders(&ctx, cut, plan.rebalance_window, &mut advice).await?;
+    if let Some(run) = &plan.run {
+        crate::explore::register_run(&ctx, run).await?;
+        let batches = queries::collect(&ctx, queries::ADVISE_SKIP_VERDICTS, &[]).await?;
+        let mut verdicts = BTreeMap::new();
+        for b in &batches {
+            let v = queries::string_column(b, "verdict")?;
+            let n = b.column(1).as_primitive::<Int64Type>();
+            for i in 0..b.num_rows() {
+                verdicts.insert(v.value(i).to_string(), n.value(i) as u64);
+            }
+        }
+        advice.verdicts = Some(verdicts);
+    }
+    for rule in &plan.rules.rules {
+        let mut sample = done_lags(&ctx, cut, rule).await?;
+        let done_lag = LagQuantiles::of(&mut sample);
+        let trigger = advice.lags.get(&rule.trigger_event).copied().unwrap_or_default();
+        let (advised, arithmetic) = advise_grace(&done_lag, &trigger, &rule.trigger_event);
+        advice.graces.push(GraceAdvice {
+            effect: rule.effect.clone(),
+            current: rule.grace_micros,
+            done_lag,
+            advised,
+            arithmetic,
+        });
+    }
+    advice.pending_n = advise_n(&advice);
+    advice.rules_toml = rules_toml(&plan.rules, &advice);
+    RuleSet::parse(&advice.rules_toml, "suggested rules")?;
+    Ok(advice)
+}
+
+fn int(value: Micros) -> ScalarValue {
+    ScalarValue::Int64(Some(value))
+}
+
+fn text(value: &str) -> ScalarValue {
+    ScalarValue::Utf8(Some(value.to_string()))
+}
+
+fn status_rank(status: &str) -> Option<i32> {
+    ["CREATED", "PAID", "SHIPPED", "DELIVERED", "COMPLETED"]
+        .iter()
+        .position(|s| *s == status)
+        .map(|p| p as i32)
+}
+
+/// Decision lag per event type, and the SKIPPED rows by kind.
+async fn lags(ctx: &SessionContext, cut: Micros, advice: &mut Advice) -> Result<()> {
+    let mut samples: BTreeMap<String, Vec<Micros>> = BTreeMap::new();
+    let mut behind = Vec::new();
+    for b in queries::collect(ctx, queries::ADVISE_LAGS, &[("cut", int(cut))]).await? {
+        let event = queries::string_column(&b, "event_type")?;
+        let lag = b.column(1).as_primitive::<Int64Type>();
+        let action = queries::string_column(&b, "action")?;
+        let observed = queries::string_column(&b, "observed")?;
+        let expected = queries::string_column(&b, "expected")?;
+        for i in 0..b.num_rows() {
+            samples.entry(event.value(i).to_string()).or_default().push(lag.value(i));
+            if action.value(i) != "SKIPPED" {
+                continue;
+            }
+            let (seen, wanted) = (observed.value(i), expected.value(i));
+            match (status_rank(seen), status_rank(wanted)) {
+                _ if seen == "CANCELLED" || seen == "REFUNDED" => advice.skips.voided += 1,
+                (Some(s), Some(w)) if s < w => {
+                    advice.skips.behind += 1;
+                    behind.push(lag.value(i));
+                }
+                (Some(s), Some(w)) if s > w => advice.skips.ahead += 1,
+                _ => advice.skips.other += 1,
+            }
+        }
+    }
+    advice.skips.behind_lag = LagQuantiles::of(&mut behind);
+    advice.lags = samples.into_iter().map(|(k, mut v)| (k, LagQuantiles::of(&mut v))).collect();
+    Ok(())
+}
+
+/// Reorder rates per partition, per consumer, and after a rebalance.
+async fn reorders(
+    ctx: &SessionContext,
+    cut: Micros,
+    window: Micros,
+    advice: &mut Advice,
+) -> Result<()> {
+    let params = [("cut", int(cut)), ("window", int(window))];
+    for b in queries::collect(ctx, queries::ADVISE_REORDERS, &params).await? {
+        let p = b.column(0).as_primitive::<Int32Type>();
+        let c = queries::string_column(&b, "consumer_id")?;
+        let after = b.column(2).as_boolean();
+        let messages = b.column(3).as_primitive::<Int64Type>();
+        let reordered = b.column(4).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            let r = Reorders {
+                messages: messages.value(i) as u64,
+                reordered: reordered.value(i) as u64,
+            };
+            advice.by_partition.entry(p.value(i)).or_default().add(r);
+            advice.by_consumer.entry(c.value(i).to_string()).or_default().add(r);
+            if after.value(i) {
+                advice.after_rebalance.add(r);
+            } else {
+                advice.steady.add(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// From the due status change to the first SUCCEEDED receipt of `rule`'s effect, over the
+/// orders where it was done.
+async fn done_lags(ctx: &SessionContext, cut: Micros, rule: &Rule) -> Result<Vec<Micros>> {
+    let params =
+        [("cut", int(cut)), ("due_status", text(&rule.due_status)), ("effect", text(&rule.effect))];
+    let mut out = Vec::new();
+    for b in queries::collect(ctx, queries::ADVISE_DONE_LAGS, &params).await? {
+        let lag = b.column(0).as_primitive::<Int64Type>();
+        out.extend((0..b.num_rows()).filter(|&i| lag.is_valid(i)).map(|i| lag.value(i)));
+    }
+    Ok(out)
+}
+
+fn round_up(t: Micros, unit: Micros) -> Micros {
+    (t + unit - 1).div_euclid(unit).max(1) * unit
+}
+
+/// grace = 2 x the larger of the p99.9 of the done lag (due to first receipt) and of the
+/// trigger event's decision lag, rounded up to a whole minute: findings younger than that
+/// are still in flight. The maximum is shown, not used: it is a compensation by hand or a
+/// stuck message, and a grace covering it would hold every finding back as long.
+fn advise_grace(done: &LagQuantiles, trigger: &LagQuantiles, event: &str) -> (Micros, String) {
+    if done.count == 0 {
+        return (30 * MINUTE, "no effect of this rule was done in the snapshot: keep 30m".into());
+    }
+    let base = done.p999.max(trigger.p999);
+    let advised = round_up(2 * base, MINUTE);
+    let arithmetic = format!(
+        "2 x max(p99.9 due->receipt {}, p99.9 {event} decision lag {}) = {}, rounded up to a \
+         minute = {} (n = {}; max due->receipt {} not used: a compensation by hand or a stuck \
+         message)",
+        human(done.p999),
+        human(trigger.p999),
+        human(2 * base),
+        format_duration(advised),
+        done.count,
+        human(done.max)
+    );
+    (advised, arithmetic)
+}
+
+/// N of PENDING_REVIEW: it must outlast how far a message can run ahead of the status the
+/// consumer reads; the skips seen behind bound that from below.
+fn advise_n(advice: &Advice) -> (Micros, String) {
+    let trigger_p999 = advice
+        .lags
+        .iter()
+        .filter(|(e, _)| e.as_str() == "ORDER_PAID" || e.as_str() == "ORDER_SHIPPED")
+        .map(|(_, q)| q.p999)
+        .max()
+        .unwrap_or(0);
+    let s = &advice.skips;
+    if s.behind == 0 {
+        let n = round_up(2 * trigger_p999, SECOND);
+        return (
+            n,
+            format!(
+                "no skip saw a status behind its message ({} ahead, {} voided): PENDING_REVIEW \
+                 would fix none of these skips; if used anyway, N = 2 x p99.9 trigger lag {} \
+                 rounded up to a second = {}",
+                s.ahead,
+                s.voided,
+                human(trigger_p999),
+                format_duration(n)
+            ),
+        );
+    }
+    let n = round_up(2 * s.behind_lag.max, SECOND);
+    (
+        n,
+        format!(
+            "{} skips saw a status behind their message, up to {} after the change: the status \
+             read lags by at least that; N = 2 x {} rounded up to a second = {}; keep N well \
+             below the time to the order's next status change (a re-check that sees a later \
+             status skips again); the {} skips that saw a later status are not fixed by any N",
+            s.behind,
+            human(s.behind_lag.max),
+            human(s.behind_lag.max),
+            format_duration(n),
+            s.ahead
+        ),
+    )
+}
+
+/// The rules with the advised graces, as TOML with the arithmetic in comments.
+fn rules_toml(rules: &RuleSet, advice: &Advice) -> String {
+    let mut out = format!(
+        "# Suggested by `effect-recon advise` from the snapshot cut at {}.\n\
+         # grace: from the due status change to the first SUCCEEDED receipt, over effects done.\n\
+         # PENDING_REVIEW N: {} ({})\n",
+        crate::time::format_instant(advice.cut),
+        format_duration(advice.pending_n.0),
+        advice.pending_n.1
+    );
+    for rule in &rules.rules {
+        let grace = advice.graces.iter().find(|g| g.effect == rule.effect);
+        let list: Vec<String> = rule.void_statuses.iter().map(|s| toml_string(s)).collect();
+        out.push_str(&format!(
+            "\n[[rule]]\neffect        = {}\ntrigger_event = {}\ndue_status    = {}\n\
+             void_statuses = [{}]\n",
+            toml_string(&rule.effect),
+            toml_string(&rule.trigger_event),
+            toml_string(&rule.due_status),
+            list.join(", ")
+        ));
+        match grace {
+            Some(g) => out.push_str(&format!(
+                "# was {}; {}\ngrace         = {}\n",
+                format_duration(g.current),
+                g.arithmetic,
+                toml_string(&format_duration(g.advised))
+            )),
+            None => out.push_str(&format!("grace         = {}\n", toml_string(&rule.grace))),
+        }
+        out.push_str(&format!(
+            "compensation  = {}\npriority      = {}\n",
+            toml_string(&rule.compensation),
+            rule.priority
+        ));
+    }
+    out
+}
+
+fn toml_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A short human duration: `850ms`, `4.2s`, `12.0m`, `3.5h`.
+pub fn human(t: Micros) -> String {
+    let s = t as f64 / 1e6;
+    if s < 1.0 {
+        format!("{:.0}ms", s * 1000.0)
+    } else if s < 120.0 {
+        format!("{s:.2}s")
+    } else if s < 7200.0 {
+        format!("{:.1}m", s / 60.0)
+    } else {
+        format!("{:.1}h", s / 3600.0)
+    }
+}
+
+impl Advice {
+    /// The report for the terminal.
+    pub fn render(&self) -> String {
+        let mut out = format!("snapshot cut {}\n\n", crate::time::format_instant(self.cut));
+        out.push_str("decision lag (decided_at - changed_at of the announced status)\n");
+        out.push_str(&format!(
+            "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+            "event_type", "n", "p50", "p90", "p99", "p99.9", "max"
+        ));
+        for (event, q) in &self.lags {
+            out.push_str(&format!(
+                "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+                event,
+                q.count,
+                human(q.p50),
+                human(q.p90),
+                human(q.p99),
+                human(q.p999),
+                human(q.max)
+            ));
+        }
+        let rate =
+            |r: &Reorders| format!("{:.4}% ({} of {})", 100.0 * r.rate(), r.reordered, r.messages);
+        out.push_str(&format!(
+            "\nreorders (a row decided after a later offset of its order and partition)\n\
+             within {} after a partition changed consumer: {}\nelsewhere: {}\n",
+            format_duration(self.rebalance_window),
+            rate(&self.after_rebalance),
+            rate(&self.steady)
+        ));
+        let mut parts: Vec<(&i32, &Reorders)> = self.by_partition.iter().collect();
+        parts.sort_by(|a, b| b.1.rate().total_cmp(&a.1.rate()).then(a.0.cmp(b.0)));
+        let top: Vec<String> =
+            parts.iter().take(5).map(|(p, r)| format!("p{p} {:.4}%", 100.0 * r.rate())).collect();
+        out.push_str(&format!("per partition, highest: {}\n", top.join(", ")));
+        let consumers: Vec<String> =
+            self.by_consumer.iter().map(|(c, r)| format!("{c} {:.4}%", 100.0 * r.rate())).collect();
+        out.push_str(&format!("per consumer: {}\n", consumers.join(", ")));
+        let s = &self.skips;
+        out.push_str(&format!(
+            "\nSKIPPED rows: {} saw a status behind the message (re-checking after N fixes these; \
+             their lag p50 {} max {}), {} saw a later status (no N fixes these), {} voided \
+             (correct), {} other\n",
+            s.behind,
+            human(s.behind_lag.p50),
+            human(s.behind_lag.max),
+            s.ahead,
+            s.voided,
+            s.other
+        ));
+        if let Some(verdicts) = &self.verdicts {
+            let total: u64 = verdicts.values().sum();
+            let wrong = verdicts.get("WRONG").copied().unwrap_or(0);
+            let all: Vec<String> = verdicts.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            out.push_str(&format!(
+                "skip verdicts of the run: {} ; WRONG share {:.2}%\n",
+                all.join(", "),
+                100.0 * wrong as f64 / total.max(1) as f64
+            ));
+        }
+        out.push_str("\nadvised grace per rule\n");
+        for g in &self.graces {
+            out.push_str(&format!(
+                "{}: {} -> {}: {}\n",
+                g.effect,
+                format_duration(g.current),
+                format_duration(g.advised),
+                g.arithmetic
+            ));
+        }
+        out.push_str(&format!(
+            "\nadvised PENDING_REVIEW N: {}: {}\n",
+            format_duration(self.pending_n.0),
+            self.pending_n.1
+        ));
+        out
+    }
+}
