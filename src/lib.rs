@@ -39,12 +39,14 @@
 //! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
 
 pub mod alert;
+pub mod claim;
 pub mod config;
 pub mod demo;
 pub mod error;
 pub mod events;
 pub mod explore;
 pub mod export;
+pub mod faults;
 pub mod history;
 pub mod metrics;
 pub mod nightly;

@@ -87,6 +87,12 @@ impl Location {
         }
     }
 
+    /// The same folder through another store (a wrapper of this one: caching, metrics, the
+    /// fault injection of the reliability tests).
+    pub fn with_store(&self, store: Arc<dyn ObjectStore>) -> Self {
+        Location { store, ..self.clone() }
+    }
+
     /// The object store behind this location.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store

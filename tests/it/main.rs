@@ -26,6 +26,8 @@
 //! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
 //!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
 //!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
+//! * `reliability`  — issue 13, docs/RELIABILITY.md: kill -9 anywhere, concurrent writers,
+//!   failing storage, mutated Parquet, hostile SQL, a canary password; prints its counts.
 
 mod bad_input;
 mod cli;
@@ -40,6 +42,7 @@ mod links;
 mod messages;
 mod nights;
 mod publish;
+mod reliability;
 mod s3;
 mod slt;
 mod snapshots;
