@@ -169,6 +169,28 @@ impl ObjectStore for FaultStore {
         }
     }
 
+    async fn get_ranges(
+        &self,
+        location: &ObjectPath,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        // One read of several ranges (what the Parquet reader asks for) is one `Get`.
+        match self.state.hit(Op::Get, location.as_ref()) {
+            None => self.inner.get_ranges(location, ranges).await,
+            Some(fault @ (Fault::Fail | Fault::Timeout)) => Err(fail(fault).await),
+            Some(Fault::TruncatedError) => {
+                Err(injected_error("connection closed before the body ended"))
+            }
+            Some(Fault::TruncatedSilent) => {
+                let mut parts = self.inner.get_ranges(location, ranges).await?;
+                if let Some(first) = parts.first_mut() {
+                    *first = first.slice(..first.len() / 2);
+                }
+                Ok(parts)
+            }
+        }
+    }
+
     fn delete_stream(
         &self,
         locations: BoxStream<'static, object_store::Result<ObjectPath>>,
@@ -327,7 +349,7 @@ where
         }
     }
     say(&format!(
-        "storage faults {name}: {}/{} faults ended in an error naming the object or an identical          success ({} errors naming the object, {} identical successes, {} not reached; 0 panics,          0 hangs, 0 manifests over bad files; operations of a clean pass: {counts:?})",
+        "storage faults {name}: {}/{} faults ended in an error naming the object or an identical success ({} errors naming the object, {} identical successes, {} not reached; 0 panics, 0 hangs, 0 manifests over bad files; operations of a clean pass: {counts:?})",
         tally.errors_naming_the_object + tally.succeeded + tally.not_reached,
         tally.cases,
         tally.errors_naming_the_object,
