@@ -297,7 +297,7 @@ async fn killed_connection(url: &str) {
             };
             killed = !n.is_empty();
         } else if let Db::My(c) = &mut admin {
-            let ids: Vec<(u64,)> = sqlx::query_as(
+            let ids: Vec<(i64,)> = sqlx::query_as(
                 "SELECT id FROM information_schema.processlist WHERE info LIKE '%recon_src.order_id BETWEEN%' AND id <> CONNECTION_ID()",
             )
             .fetch_all(&mut *c)
