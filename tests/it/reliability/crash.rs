@@ -116,7 +116,10 @@ fn command(job: &dyn Job, case: &Path) -> Command {
 }
 
 /// The reference outputs of an uninterrupted run, and how long it took.
-fn reference(job: &dyn Job, dir: &Path) -> (Vec<Vec<(String, Vec<u8>)>>, Duration) {
+/// Files by relative path with their (comparable) bytes.
+type Tree = Vec<(String, Vec<u8>)>;
+
+fn reference(job: &dyn Job, dir: &Path) -> (Vec<Tree>, Duration) {
     let started = Instant::now();
     let output = command(job, dir).output().unwrap();
     let took = started.elapsed();
@@ -126,7 +129,7 @@ fn reference(job: &dyn Job, dir: &Path) -> (Vec<Vec<(String, Vec<u8>)>>, Duratio
 }
 
 /// The comparable tree of a folder with the case folder's path taken out of manifests.
-fn normalised(folder: &Path, case: &Path) -> (Vec<(String, Vec<u8>)>, Vec<String>) {
+fn normalised(folder: &Path, case: &Path) -> (Tree, Vec<String>) {
     let (files, claims) = comparable_tree(folder);
     let case = case.display().to_string();
     let files = files
@@ -144,7 +147,7 @@ fn normalised(folder: &Path, case: &Path) -> (Vec<(String, Vec<u8>)>, Vec<String
 }
 
 /// Kills one attempt, reruns, asserts everything the module doc requires.
-fn case(job: &dyn Job, kill: &Kill, expected: &[Vec<(String, Vec<u8>)>], tally: &mut Tally) {
+fn case(job: &dyn Job, kill: &Kill, expected: &[Tree], tally: &mut Tally) {
     let dir = tempfile::tempdir().unwrap();
     let case = dir.path();
     let poller = Poller::start(job.polled().iter().map(|p| case.join(p)).collect());

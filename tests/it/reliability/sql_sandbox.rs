@@ -58,7 +58,7 @@ fn no_statement_reads_or_writes_outside_the_registered_tables() {
         (format!("COPY ledger TO '{parquet}' STORED AS PARQUET"), refused),
         (format!("EXPLAIN COPY ledger TO '{json}' STORED AS JSON"), refused),
         (format!("EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{csv}'"), refused),
-        (format!("EXPLAIN ANALYZE INSERT INTO ledger SELECT * FROM ledger"), refused),
+        ("EXPLAIN ANALYZE INSERT INTO ledger SELECT * FROM ledger".into(), refused),
         ("SET datafusion.execution.target_partitions = 1".into(), refused),
         ("SET datafusion.catalog.location = '/etc'".into(), refused),
         ("PREPARE p AS SELECT 1".into(), refused),
