@@ -188,7 +188,8 @@ async fn judge(snapshot: &Path, mutated: &str) -> Result<Ending, String> {
             let message = format!("{e:#}");
             let file = mutated.rsplit('/').next().unwrap();
             let table = mutated.split('/').next().unwrap();
-            if message.contains(file) || message.contains(&format!("table {table}")) {
+            let named = [file.to_string(), format!("table {table}"), format!("file {table}")];
+            if named.iter().any(|n| message.contains(n.as_str())) {
                 Ending::NamedError
             } else {
                 Ending::OtherError(message)
