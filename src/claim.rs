@@ -227,6 +227,27 @@ fn start_ticks(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
+fn roots_to_clear<'a>(subfolders: &[&'a str]) -> Vec<&'a str> {
+    if subfolders.is_empty() {
+        vec![""]
+    } else {
+        subfolders.to_vec()
+    }
+}
+
+/// Removes, under `dir`, the staging files of object_store's local puts (`name#n`).
+fn remove_staging_files(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            remove_staging_files(&path);
+        } else if entry.file_name().to_string_lossy().contains('#') {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// Deletes the leftovers of a writer that did not finish, once the folder is claimed:
 /// `manifest.json` first (so no reader sees a manifest over missing files), then every
 /// object under `subfolders` (all of `folder` when empty) except claim objects.
@@ -237,7 +258,7 @@ pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], _claim: &Cl
         Err(e) => return Err(Error::store(folder.display(crate::snapshot::MANIFEST), e)),
     }
     let mut objects = Vec::new();
-    let roots: Vec<&str> = if subfolders.is_empty() { vec![""] } else { subfolders.to_vec() };
+    let roots = roots_to_clear(subfolders);
     for root in roots {
         let found: Vec<_> = match folder.store().list(Some(&folder.path(root))).try_collect().await
         {
@@ -246,6 +267,23 @@ pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], _claim: &Cl
             Err(e) => return Err(Error::store(folder.display(root), e)),
         };
         objects.extend(found);
+    }
+    // A local put killed midway leaves its staging file (`<name>#<n>`), which listings
+    // do not show: removed here so a rerun leaves exactly the files of its manifest.
+    if let Some(dir) = folder.local_dir() {
+        for root in &roots_to_clear(subfolders) {
+            remove_staging_files(&dir.join(root));
+        }
+        // The manifest's and the claims' own staging files, at the top.
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let ours = name.starts_with(crate::snapshot::MANIFEST) || is_claim(&name);
+                if ours && name.contains('#') && entry.path().is_file() {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
     }
     for object in objects {
         if object.location.filename().is_some_and(is_claim) {

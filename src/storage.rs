@@ -128,6 +128,11 @@ impl Location {
         }
     }
 
+    /// The directory of a local location (`None` on an object store).
+    pub fn local_dir(&self) -> Option<std::path::PathBuf> {
+        (self.store_url.scheme() == "file").then(|| std::path::PathBuf::from(&self.display))
+    }
+
     /// Why this location cannot be a folder: `Some("does not exist")` or `Some("is a file,
     /// not a folder")`; `None` when it is one (on an object store: when any object lies
     /// under it). Used to explain a missing manifest by its real cause.
