@@ -18,6 +18,10 @@ use crate::session::{self, SessionOptions};
 use crate::snapshot::Snapshot;
 use crate::storage::Location;
 
+/// The memory limit of an `sql` session unless `--memory-limit` says otherwise: spilling
+/// operators stay under it, the others (and a collected result) fail with a clear error.
+pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
+
 /// Opens a session with `ledger`, `status_history`, `receipts`, `rules` and, with a run
 /// folder, `discrepancies`, `compensation_tasks` and `skip_verdicts`.
 pub async fn open(

@@ -12,6 +12,8 @@
 //! * [`events`] — typed progress events; the binary renders them (the library never prints).
 //! * [`config`] — the rules TOML (and the export job config).
 //! * [`storage`] — local directories, `file://` and `s3://` behind one [`storage::Location`].
+//! * [`claim`] — one writer at a time per run or snapshot folder (create-only claims);
+//!   [`faults`] — the test-only crash hook of the reliability suite (docs/RELIABILITY.md).
 //! * [`snapshot`] — the snapshot contract: layout, manifest, schemas, reading and writing.
 //! * [`parquet_parts`] — numbered Parquet parts with row counts and SHA-256.
 //! * [`session`] — the one place a DataFusion session is built.
@@ -40,12 +42,14 @@
 
 pub mod advise;
 pub mod alert;
+pub mod claim;
 pub mod config;
 pub mod demo;
 pub mod error;
 pub mod events;
 pub mod explore;
 pub mod export;
+pub mod faults;
 pub mod history;
 pub mod metrics;
 pub mod nightly;

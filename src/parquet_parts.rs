@@ -130,6 +130,7 @@ impl PartWriter {
         let path = format!("{}/{}-{:05}.parquet", self.folder, self.stem, self.files.len());
         let sha256 = hex::encode(Sha256::digest(&bytes));
         self.location.write(&path, Bytes::from(bytes)).await?;
+        crate::faults::crash_point("part-written");
         self.files.push(FileEntry { path, rows: self.current_rows as u64, sha256 });
         self.current_rows = 0;
         Ok(())

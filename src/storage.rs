@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -42,7 +42,7 @@ impl Location {
             let store_url =
                 Url::parse(&format!("s3://{bucket}/")).map_err(|e| bad(e.to_string()))?;
             return Ok(Location {
-                store: Arc::new(store),
+                store: naming(Arc::new(store), &store_url),
                 store_url,
                 prefix,
                 display: text.trim_end_matches('/').to_string(),
@@ -66,7 +66,7 @@ impl Location {
         let prefix = Path::from_absolute_path(&absolute).map_err(|e| bad(e.to_string()))?;
         let store_url = Url::parse("file:///").map_err(|e| bad(e.to_string()))?;
         Ok(Location {
-            store: Arc::new(LocalFileSystem::new()),
+            store: naming(Arc::new(LocalFileSystem::new()), &store_url),
             store_url,
             prefix,
             display: absolute.display().to_string(),
@@ -87,7 +87,15 @@ impl Location {
         }
     }
 
-    /// The object store behind this location.
+    /// The same folder through another store (a wrapper of this one: caching, metrics, the
+    /// fault injection of the reliability tests).
+    pub fn with_store(&self, store: Arc<dyn ObjectStore>) -> Self {
+        Location { store: naming(store, &self.store_url), ..self.clone() }
+    }
+
+    /// The object store behind this location. Its errors name the object they concern
+    /// (the query engine's own errors do not), so a failed read deep in a query still says
+    /// which file.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store
     }
@@ -118,6 +126,11 @@ impl Location {
         } else {
             format!("{}/{}", self.display, relative)
         }
+    }
+
+    /// The directory of a local location (`None` on an object store).
+    pub fn local_dir(&self) -> Option<std::path::PathBuf> {
+        (self.store_url.scheme() == "file").then(|| std::path::PathBuf::from(&self.display))
     }
 
     /// Why this location cannot be a folder: `Some("does not exist")` or `Some("is a file,
@@ -226,4 +239,238 @@ fn normalize(path: &std::path::Path) -> std::path::PathBuf {
         }
     }
     out
+}
+
+/// `store` behind [`NamingStore`].
+fn naming(store: Arc<dyn ObjectStore>, root: &Url) -> Arc<dyn ObjectStore> {
+    Arc::new(NamingStore { inner: store, root: root.to_string() })
+}
+
+/// An object store whose errors name the object (or prefix) they concern. The variants
+/// callers match on (`NotFound`, `AlreadyExists`, `Precondition`, ...) pass unchanged; the
+/// others (a dropped connection, a timeout, a truncated body) become `Generic` errors that
+/// start with the object's path.
+#[derive(Debug)]
+struct NamingStore {
+    inner: Arc<dyn ObjectStore>,
+    /// The store's URL (`file:///`, `s3://bucket/`), shown before each path.
+    root: String,
+}
+
+impl std::fmt::Display for NamingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+/// An error with the object it concerns.
+#[derive(Debug)]
+struct Named {
+    path: String,
+    source: object_store::Error,
+}
+
+impl std::fmt::Display for Named {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.source)
+    }
+}
+
+impl std::error::Error for Named {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+fn generic(message: String) -> object_store::Error {
+    object_store::Error::Generic { store: "object store", source: message.into() }
+}
+
+fn named(error: object_store::Error, root: &str, path: &str) -> object_store::Error {
+    use object_store::Error as E;
+    match error {
+        E::NotFound { .. }
+        | E::AlreadyExists { .. }
+        | E::Precondition { .. }
+        | E::NotModified { .. }
+        | E::NotImplemented { .. }
+        | E::NotSupported { .. }
+        | E::InvalidPath { .. }
+        | E::UnknownConfigurationKey { .. } => error,
+        other if path.is_empty() || other.to_string().contains(path) => other,
+        other => E::Generic {
+            store: "object store",
+            source: Box::new(Named { path: format!("{root}{path}"), source: other }),
+        },
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for NamingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner
+            .put_opts(location, payload, opts)
+            .await
+            .map_err(|e| named(e, &self.root, location.as_ref()))
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner
+            .put_multipart_opts(location, opts)
+            .await
+            .map_err(|e| named(e, &self.root, location.as_ref()))
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        let shown = location.to_string();
+        let (asked, head) = (options.range.clone(), options.head);
+        let mut result = self
+            .inner
+            .get_opts(location, options)
+            .await
+            .map_err(|e| named(e, &self.root, &shown))?;
+        if head {
+            return Ok(result);
+        }
+        // A store that answers with fewer bytes than asked for must not reach the Parquet
+        // reader, which trusts the lengths (and panics on a short buffer).
+        let size = result.meta.size;
+        let wanted = match &asked {
+            None => Some(0..size),
+            Some(object_store::GetRange::Bounded(r)) => Some(r.start..r.end.min(size)),
+            Some(object_store::GetRange::Offset(o)) => Some(*o..size),
+            Some(object_store::GetRange::Suffix(n)) => Some(size.saturating_sub(*n)..size),
+        };
+        if let Some(wanted) = wanted.filter(|w| *w != result.range) {
+            let short = format!(
+                "the store returned bytes {:?} of the {:?} asked for (a truncated read)",
+                result.range, wanted
+            );
+            return Err(named(generic(short), &self.root, &shown));
+        }
+        if let object_store::GetResultPayload::Stream(stream) = result.payload {
+            let expected = result.range.end - result.range.start;
+            let (root, path) = (self.root.clone(), shown.clone());
+            let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let counted = Arc::clone(&seen);
+            let stream = stream
+                .map_ok(move |bytes| {
+                    counted.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::SeqCst);
+                    bytes
+                })
+                .map_err(move |e| named(e, &root, &path));
+            let (root, path) = (self.root.clone(), shown);
+            let end = futures::stream::once(async move {
+                let got = seen.load(std::sync::atomic::Ordering::SeqCst);
+                (got < expected).then(|| {
+                    let short = format!(
+                        "the body ended after {got} of {expected} bytes (a truncated read)"
+                    );
+                    Err(named(generic(short), &root, &path))
+                })
+            })
+            .filter_map(futures::future::ready);
+            result.payload = object_store::GetResultPayload::Stream(Box::pin(stream.chain(end)));
+        }
+        Ok(result)
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[std::ops::Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        let shown = location.to_string();
+        let parts = self
+            .inner
+            .get_ranges(location, ranges)
+            .await
+            .map_err(|e| named(e, &self.root, &shown))?;
+        for (range, bytes) in ranges.iter().zip(&parts) {
+            if bytes.len() as u64 != range.end - range.start {
+                let short = format!(
+                    "the store returned {} bytes for range {range:?} (a truncated read)",
+                    bytes.len()
+                );
+                return Err(named(generic(short), &self.root, &shown));
+            }
+        }
+        if parts.len() != ranges.len() {
+            let short = format!("the store returned {} of {} ranges", parts.len(), ranges.len());
+            return Err(named(generic(short), &self.root, &shown));
+        }
+        Ok(parts)
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        let shown = prefix.map(|p| p.to_string()).unwrap_or_default();
+        let root = self.root.clone();
+        Box::pin(self.inner.list(prefix).map_err(move |e| named(e, &root, &shown)))
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        let shown = prefix.map(|p| p.to_string()).unwrap_or_default();
+        let root = self.root.clone();
+        let listed = self.inner.list_with_offset(prefix, offset);
+        Box::pin(listed.map_err(move |e| named(e, &root, &shown)))
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        let shown = prefix.map(|p| p.to_string()).unwrap_or_default();
+        self.inner.list_with_delimiter(prefix).await.map_err(|e| named(e, &self.root, &shown))
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner
+            .copy_opts(from, to, options)
+            .await
+            .map_err(|e| named(e, &self.root, from.as_ref()))
+    }
+
+    async fn rename_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: object_store::RenameOptions,
+    ) -> object_store::Result<()> {
+        self.inner
+            .rename_opts(from, to, options)
+            .await
+            .map_err(|e| named(e, &self.root, from.as_ref()))
+    }
 }

@@ -91,7 +91,12 @@ pub(super) async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
         (None, None) => bail!("--snapshot or --run is required"),
     };
     let rules = RuleSet::load(args.rules.as_deref())?;
-    let ctx = explore::open(&snapshot, run.as_ref(), &rules, &args.engine.options()).await?;
+    let options = match args.engine.memory_limit {
+        Some(_) => args.engine.options(),
+        None => args.engine.options().with_memory_limit(explore::DEFAULT_MEMORY_LIMIT),
+    };
+    let ctx = explore::open(&snapshot, run.as_ref(), &rules, &options).await?;
+    let limit = options.memory_limit.unwrap_or(explore::DEFAULT_MEMORY_LIMIT);
     match statements {
         Some(statements) => {
             let label = statements.len() > 1;
@@ -99,10 +104,10 @@ pub(super) async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
                 if label {
                     println!("{}-- {}", if index > 0 { "\n" } else { "" }, one_line(statement));
                 }
-                run_statement(&ctx, statement, &args).await?;
+                run_statement(&ctx, statement, &args, limit).await?;
             }
         }
-        None => interactive(&ctx, &args).await?,
+        None => interactive(&ctx, &args, limit).await?,
     }
     Ok(Outcome::Clean)
 }
@@ -113,9 +118,51 @@ fn one_line(statement: &str) -> String {
     code.flat_map(str::split_whitespace).collect::<Vec<_>>().join(" ")
 }
 
-async fn run_statement(ctx: &SessionContext, sql: &str, args: &SqlArgs) -> anyhow::Result<()> {
+/// Runs one statement. CSV and JSON on standard output stream batch by batch; a table,
+/// Parquet or a file is collected first, and refused (naming `--memory-limit`) once the
+/// result alone holds more than `limit` bytes.
+async fn run_statement(
+    ctx: &SessionContext,
+    sql: &str,
+    args: &SqlArgs,
+    limit: usize,
+) -> anyhow::Result<()> {
+    use futures::StreamExt;
     let frame = explore::read_only_query(ctx, sql).await?;
-    let batches = frame.collect().await.map_err(|e| effect_recon::Error::query("sql", e))?;
+    let failed = |e| effect_recon::Error::query("sql", e);
+    let mut stream = frame.execute_stream().await.map_err(failed)?;
+    if args.output.is_none() && matches!(args.format, Format::Csv | Format::Json) {
+        if args.format == Format::Csv {
+            let mut writer = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(std::io::stdout());
+            while let Some(batch) = stream.next().await {
+                writer.write(&batch.map_err(failed)?)?;
+            }
+        } else {
+            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(std::io::stdout());
+            while let Some(batch) = stream.next().await {
+                writer.write(&batch.map_err(failed)?)?;
+            }
+            writer.finish()?;
+        }
+        std::io::stdout().flush()?;
+        return Ok(());
+    }
+    let mut batches = Vec::new();
+    let mut held = 0usize;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(failed)?;
+        held += batch.get_array_memory_size();
+        if held > limit {
+            bail!(
+                "sql: the result holds more than the memory limit ({} MiB) before it is complete; \
+                 add a LIMIT or an aggregate, use --format csv|json (streamed), or raise --memory-limit",
+                limit >> 20
+            );
+        }
+        batches.push(batch);
+    }
     match &args.output {
         Some(path) => {
             let file = std::fs::File::create(path)
@@ -202,9 +249,48 @@ fn push_statement(statements: &mut Vec<String>, current: &mut String) {
     current.clear();
 }
 
-async fn interactive(ctx: &SessionContext, args: &SqlArgs) -> anyhow::Result<()> {
+/// Set by SIGINT while the interactive shell runs: Ctrl-C cancels the running statement
+/// and keeps the shell.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Ctrl-C cancels the statement instead of killing the shell.
+fn catch_interrupts() {
+    let handler: extern "C" fn(libc::c_int) = on_interrupt;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
+}
+
+/// Runs a statement until it ends or Ctrl-C cancels it (its plan is dropped, which stops
+/// every task it started); `Ok(false)` when cancelled.
+async fn run_cancellable(
+    ctx: &SessionContext,
+    sql: &str,
+    args: &SqlArgs,
+    limit: usize,
+) -> anyhow::Result<bool> {
+    use std::sync::atomic::Ordering;
+    INTERRUPTED.store(false, Ordering::SeqCst);
+    let interrupted = async {
+        while !INTERRUPTED.load(Ordering::SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        result = run_statement(ctx, sql, args, limit) => result.map(|()| true),
+        () = interrupted => Ok(false),
+    }
+}
+
+async fn interactive(ctx: &SessionContext, args: &SqlArgs, limit: usize) -> anyhow::Result<()> {
     let stdin = std::io::stdin();
     let tty = stdin.is_terminal();
+    catch_interrupts();
     if tty {
         eprintln!("tables: ledger, status_history, receipts, rules{}; end statements with ';', quit with \\q or Ctrl-D",
             if args.run.is_some() { ", discrepancies, compensation_tasks, skip_verdicts" } else { "" });
@@ -227,9 +313,13 @@ async fn interactive(ctx: &SessionContext, args: &SqlArgs) -> anyhow::Result<()>
             let mut statements = Vec::new();
             push_statement(&mut statements, &mut current);
             for statement in statements {
-                if let Err(e) = run_statement(ctx, &statement, args).await {
-                    eprintln!("error: {}", super::render_error(&e));
-                    failed = true;
+                match run_cancellable(ctx, &statement, args, limit).await {
+                    Ok(true) => {}
+                    Ok(false) => eprintln!("cancelled (Ctrl-C); the shell is still open"),
+                    Err(e) => {
+                        eprintln!("error: {}", super::render_error(&e));
+                        failed = true;
+                    }
                 }
             }
         }
@@ -237,7 +327,7 @@ async fn interactive(ctx: &SessionContext, args: &SqlArgs) -> anyhow::Result<()>
     let mut rest = Vec::new();
     push_statement(&mut rest, &mut current);
     for statement in rest {
-        run_statement(ctx, &statement, args).await?;
+        run_statement(ctx, &statement, args, limit).await?;
     }
     if failed && !tty {
         bail!("some statements failed");

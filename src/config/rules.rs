@@ -12,6 +12,12 @@ use crate::time::{parse_duration, Micros};
 /// The default rule set, `fixtures/rules.toml`, embedded so the binary needs no file.
 pub const DEFAULT_RULES_TOML: &str = include_str!("../../fixtures/rules.toml");
 
+/// The largest rules file read (bytes): the default one is about 1 KB.
+pub const MAX_RULES_BYTES: u64 = 1 << 20;
+
+/// The most rules a rule set may have.
+pub const MAX_RULES: usize = 1000;
+
 /// Name shown for the embedded default rules.
 pub const DEFAULT_RULES_NAME: &str = "fixtures/rules.toml (embedded default)";
 
@@ -78,6 +84,13 @@ impl RuleSet {
         match path {
             None => Self::default_rules(),
             Some(path) => {
+                let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                if size > MAX_RULES_BYTES {
+                    return Err(Error::config(
+                        path.display(),
+                        format!("the rules file is {size} bytes; a rules file is at most {MAX_RULES_BYTES} bytes (one [[rule]] per side effect)"),
+                    ));
+                }
                 let text = std::fs::read_to_string(path).map_err(|e| {
                     Error::config(path.display(), format!("cannot read the rules file: {e}"))
                 })?;
@@ -91,6 +104,15 @@ impl RuleSet {
         let file: RulesFile = toml::from_str(text).map_err(|e| Error::config(origin, e))?;
         if file.rule.is_empty() {
             return Err(Error::config(origin, "no [[rule]] entries"));
+        }
+        if file.rule.len() > MAX_RULES {
+            return Err(Error::config(
+                origin,
+                format!(
+                    "{} rules; at most {MAX_RULES} (one [[rule]] per side effect)",
+                    file.rule.len()
+                ),
+            ));
         }
         let mut seen = BTreeSet::new();
         let mut rules = Vec::with_capacity(file.rule.len());

@@ -318,6 +318,7 @@ impl Session {
                 table_writer.write(&batch).await.map_err(|e| ExportError::Write(Box::new(e)))?;
                 rows += batch.num_rows() as u64;
                 progress.add(batch.num_rows() as u64);
+                crate::faults::crash_point("export-batch");
             }
         }
         let mut returned: Vec<Option<Conn>> = (0..workers).map(|_| None).collect();

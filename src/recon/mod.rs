@@ -173,7 +173,15 @@ pub struct Outputs {
 }
 
 /// Runs the reconciliation and publishes its outputs, reporting each stage to `events`.
+/// A query that fails on an undecodable page names the corrupt snapshot file.
 pub async fn run(plan: &RunPlan, events: &Events) -> Result<RunReport> {
+    match run_unnamed(plan, events).await {
+        Err(e) => Err(crate::snapshot::diagnose::name_corrupt_file(&plan.snapshot, e).await),
+        ok => ok,
+    }
+}
+
+async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
     let mut timings_ms = BTreeMap::new();
     let started = Instant::now();
     let prepared = Prepared::new(plan).await?;

@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 use super::lifecycle::RunStatus;
 use super::outputs::OutputTable;
 use super::summary::Summary;
+use crate::claim::{self, Claim};
 use crate::error::{Error, Result};
+use crate::faults::crash_point;
 use crate::parquet_parts::PartWriter;
 use crate::snapshot::{FileEntry, TableFiles, MANIFEST};
 use crate::storage::Location;
@@ -88,24 +90,21 @@ pub fn run_folder(run_id: &str) -> String {
     format!("run={run_id}")
 }
 
-/// A run folder claimed for writing.
+/// A run folder to write: one writer at a time per run id (crate::claim).
 pub struct RunPublisher {
     folder: Location,
+    replace: bool,
 }
 
 impl RunPublisher {
-    /// Claims `<out>/run=<id>/`: refuses an existing complete run unless `replace`, and
-    /// clears leftovers of a failed or replaced run so no stale part survives.
+    /// Checks `<out>/run=<id>/` before any work: refuses an existing complete run unless
+    /// `replace`. The folder is claimed and cleared only when publishing.
     pub async fn prepare(out: &Location, run_id: &str, replace: bool) -> Result<Self> {
         let folder = out.join(&run_folder(run_id));
         if folder.exists(MANIFEST).await? && !replace {
-            return Err(Error::Output {
-                location: folder.display(""),
-                message: format!("run '{run_id}' already exists; pass --replace to overwrite it (or, with `run`, --run-id to choose another id)"),
-            });
+            return Err(already_exists(&folder));
         }
-        folder.delete_all().await?;
-        Ok(RunPublisher { folder })
+        Ok(RunPublisher { folder, replace })
     }
 
     /// Where the run is written.
@@ -113,13 +112,46 @@ impl RunPublisher {
         &self.folder
     }
 
-    /// Writes the tables and summary, then the manifest; returns the manifest.
+    /// Claims the folder (refusing a run another live process is writing, and a complete
+    /// run that appeared meanwhile unless `replace`), clears the leftovers of a failed,
+    /// killed or replaced run (its manifest first), writes the tables and summary, then the
+    /// manifest (create-only); returns the manifest.
     pub async fn publish(
         self,
         identity: &RunIdentity,
         tables: &[(OutputTable, &RecordBatch)],
         summary: &Summary,
     ) -> Result<RunManifest> {
+        let claim = Claim::acquire(&self.folder, "run").await?;
+        if !self.replace && self.folder.exists(MANIFEST).await? {
+            claim.release().await?;
+            return Err(already_exists(&self.folder));
+        }
+        crash_point("claimed");
+        match self.write(identity, tables, summary, &claim).await {
+            Ok(manifest) => {
+                crash_point("run-after-manifest");
+                // The run is published; a claim left behind is stale to every reader.
+                let _ = claim.release().await;
+                Ok(manifest)
+            }
+            Err(e) => {
+                // The partial files stay until the next writer clears them; no manifest
+                // lists them.
+                let _ = claim.release().await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn write(
+        &self,
+        identity: &RunIdentity,
+        tables: &[(OutputTable, &RecordBatch)],
+        summary: &Summary,
+        claim: &Claim,
+    ) -> Result<RunManifest> {
+        claim::clear_leftovers(&self.folder, &[], claim).await?;
         let mut files = BTreeMap::new();
         for (table, batch) in tables {
             let mut writer = PartWriter::new(&self.folder, table.name(), table.schema());
@@ -127,6 +159,7 @@ impl RunPublisher {
             files.insert(table.name().to_string(), TableFiles { files: writer.finish().await? });
         }
         let summary_json = to_json(summary, &self.folder.display(SUMMARY))?;
+        crash_point("run-before-summary");
         let summary_entry = FileEntry {
             path: SUMMARY.into(),
             rows: 0,
@@ -149,6 +182,7 @@ impl RunPublisher {
             summary: summary_entry,
         };
         let json = to_json(&manifest, &self.folder.display(MANIFEST))?;
+        crash_point("run-before-manifest");
         if !self.folder.create(MANIFEST, Bytes::from(json)).await? {
             return Err(Error::Output {
                 location: self.folder.display(MANIFEST),
@@ -156,6 +190,15 @@ impl RunPublisher {
             });
         }
         Ok(manifest)
+    }
+}
+
+fn already_exists(folder: &Location) -> Error {
+    let run_id = folder.display("");
+    let run_id = run_id.rsplit("run=").next().unwrap_or_default();
+    Error::Output {
+        location: folder.display(""),
+        message: format!("run '{run_id}' already exists; pass --replace to overwrite it (or, with `run`, --run-id to choose another id)"),
     }
 }
 
@@ -175,7 +218,29 @@ pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
             message: format!("format '{}', expected '{RUN_FORMAT}'", manifest.format),
         });
     }
+    let listed = manifest.tables.values().flat_map(|t| &t.files).chain([&manifest.summary]);
+    for file in listed {
+        if !inside_folder(&file.path) {
+            return Err(Error::Output {
+                location: folder.display(MANIFEST),
+                message: format!(
+                    "lists '{}': a path must be relative to the run folder, without '.', '..', \
+                     empty parts or a URL scheme",
+                    file.path
+                ),
+            });
+        }
+    }
     Ok(manifest)
+}
+
+/// Whether a listed path stays inside the folder of its manifest.
+fn inside_folder(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains("://")
+        && !path.contains('\\')
+        && path.split('/').all(|part| !part.is_empty() && part != "." && part != "..")
 }
 
 fn to_json<T: Serialize>(value: &T, location: &str) -> Result<Vec<u8>> {

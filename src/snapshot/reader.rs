@@ -201,9 +201,16 @@ impl Snapshot {
         };
         let reader = ParquetObjectReader::new(Arc::clone(self.location.store()), path)
             .with_file_size(meta.size);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader)
-            .await
-            .map_err(|e| fail(format!("unreadable Parquet: {e}")))?;
+        // Hostile footers can make the Parquet reader panic (a corrupt embedded Arrow
+        // schema): that is an unreadable file too.
+        let builder = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+            ParquetRecordBatchStreamBuilder::new(reader),
+        ))
+        .await
+        .map_err(|_| {
+            fail("unreadable Parquet: the Parquet reader cannot decode its footer".into())
+        })?
+        .map_err(|e| fail(format!("unreadable Parquet: {e}")))?;
         let rows = builder.metadata().file_metadata().num_rows();
         if rows < 0 || rows as u64 != file.rows {
             return Err(fail(format!("holds {rows} rows but manifest.json says {}", file.rows)));

@@ -9,7 +9,9 @@ use bytes::Bytes;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_FORMAT};
+use crate::claim::{self, Claim};
 use crate::error::{Error, Result};
+use crate::faults::crash_point;
 use crate::parquet_parts::PartWriter;
 use crate::storage::Location;
 use crate::time::{format_instant, Micros};
@@ -21,18 +23,33 @@ pub struct SnapshotWriter {
     created_by: String,
     coverage_from: Option<Micros>,
     files: BTreeMap<Table, Vec<FileEntry>>,
+    claim: Claim,
 }
 
 impl SnapshotWriter {
-    /// Starts a snapshot at `location`; refuses a folder that already holds a complete one.
+    /// Starts a snapshot at `location`; refuses a folder that already holds a complete one
+    /// or that another live writer has claimed (crate::claim), and clears the table files a
+    /// failed or killed writer left there.
     pub async fn create(location: &Location, cut: Micros, created_by: &str) -> Result<Self> {
+        let complete = || Error::Snapshot {
+            location: location.display(""),
+            message:
+                "already holds a complete snapshot (manifest.json exists); choose another folder"
+                    .into(),
+        };
         if location.exists(MANIFEST).await? {
-            return Err(Error::Snapshot {
-                location: location.display(""),
-                message: "already holds a complete snapshot (manifest.json exists); choose another folder".into(),
-            });
+            return Err(complete());
         }
+        let claim = Claim::acquire(location, "snapshot writer").await?;
+        if location.exists(MANIFEST).await? {
+            claim.release().await?;
+            return Err(complete());
+        }
+        crash_point("claimed");
+        let tables: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
+        claim::clear_leftovers(location, &tables, &claim).await?;
         Ok(SnapshotWriter {
+            claim,
             location: location.clone(),
             cut,
             created_by: created_by.to_string(),
@@ -97,6 +114,7 @@ impl SnapshotWriter {
             location: self.location.display(MANIFEST),
             message: e.to_string(),
         })?;
+        crash_point("snapshot-before-manifest");
         if !self.location.create(MANIFEST, Bytes::from(json)).await? {
             return Err(Error::Snapshot {
                 location: self.location.display(""),
@@ -105,6 +123,9 @@ impl SnapshotWriter {
                         .into(),
             });
         }
+        crash_point("snapshot-after-manifest");
+        // The snapshot is complete; a claim left behind is stale to every reader.
+        let _ = self.claim.release().await;
         Ok(manifest)
     }
 }

@@ -31,6 +31,8 @@
 //! * `simulate`     — consumer policies over one world: same world per seed, `skip` = `gen`
 //!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
 //! * `advise`       — `advise` recovers the consumer lag `gen` was given; its rules parse.
+//! * `reliability`  — issue 13, docs/RELIABILITY.md: kill -9 anywhere, concurrent writers,
+//!   failing storage, mutated Parquet, hostile SQL, a canary password; prints its counts.
 
 mod advise;
 mod bad_input;
@@ -46,6 +48,7 @@ mod links;
 mod messages;
 mod nights;
 mod publish;
+mod reliability;
 mod s3;
 mod scaling;
 mod simulate;

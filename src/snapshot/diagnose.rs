@@ -1,0 +1,120 @@
+//! Naming the corrupt file behind a failed query. The query engine reports a Parquet page
+//! it cannot decode without saying which file it came from; when a query over a snapshot
+//! fails so, every listed file is decoded in turn (only then: the cost falls on failures)
+//! and the first that does not decode is named in the error.
+
+// ParquetObjectReader is deprecated in parquet 59 (see reader.rs); it still decodes a
+// whole file through object_store, which is all this needs.
+#![allow(deprecated)]
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int64Type, TimeUnit};
+use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
+use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
+use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
+use datafusion::parquet::file::metadata::ParquetMetaData;
+use futures::{FutureExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+
+use super::{Snapshot, Table};
+use crate::error::Error;
+use crate::storage::Location;
+
+/// `error` (a failed query over `snapshot`) with the corrupt file named, when a listed file
+/// does not decode; otherwise `error` unchanged.
+pub async fn name_corrupt_file(snapshot: &Location, error: Error) -> Error {
+    if !matches!(error, Error::Query { .. }) {
+        return error;
+    }
+    let Ok(opened) = Snapshot::open(snapshot).await else { return error };
+    for table in Table::ALL {
+        for file in opened.files(table) {
+            if let Err(problem) = decode(snapshot, &file.path).await {
+                return Error::SnapshotFile {
+                    file: snapshot.display(&file.path),
+                    message: format!("corrupt Parquet: {problem} (the query failed with: {error})"),
+                };
+            }
+        }
+    }
+    error
+}
+
+/// Decodes every row of one file and checks what the engine relies on beyond decoding:
+/// a page index whose pages start at increasing rows inside their row group, and
+/// timestamps the engine can compute with (representable in nanoseconds). The reader's
+/// panics on hostile bytes are errors here.
+async fn decode(location: &Location, relative: &str) -> Result<(), String> {
+    let path = location.path(relative);
+    let meta = location.store().head(&path).await.map_err(|e| e.to_string())?;
+    let reader =
+        ParquetObjectReader::new(Arc::clone(location.store()), path).with_file_size(meta.size);
+    let work = async move {
+        // With the page index, which the engine reads to prune pages.
+        let options = ArrowReaderOptions::new().with_page_index(true);
+        let builder = ParquetRecordBatchStreamBuilder::new_with_options(reader, options)
+            .await
+            .map_err(|e| e.to_string())?;
+        check_page_index(builder.metadata())?;
+        let mut stream = builder.build().map_err(|e| e.to_string())?;
+        let mut row = 0;
+        while let Some(batch) = stream.try_next().await.map_err(|e| e.to_string())? {
+            check_timestamps(&batch, row)?;
+            row += batch.num_rows();
+        }
+        Ok::<_, String>(())
+    };
+    match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(result) => result,
+        Err(_) => Err("the Parquet reader cannot decode it".into()),
+    }
+}
+
+fn check_page_index(metadata: &ParquetMetaData) -> Result<(), String> {
+    let Some(index) = metadata.offset_index() else { return Ok(()) };
+    for (group, (columns, row_group)) in index.iter().zip(metadata.row_groups()).enumerate() {
+        for (column, offsets) in columns.iter().enumerate() {
+            let firsts: Vec<i64> =
+                offsets.page_locations().iter().map(|p| p.first_row_index).collect();
+            let ordered = firsts.first().is_none_or(|f| *f == 0)
+                && firsts.windows(2).all(|w| w[0] < w[1])
+                && firsts.iter().all(|f| *f < row_group.num_rows().max(1));
+            if !ordered {
+                return Err(format!(
+                    "row group {group}, column {column}: the page index does not match the \
+                     row group's {} rows",
+                    row_group.num_rows()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_timestamps(batch: &RecordBatch, first_row: usize) -> Result<(), String> {
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let DataType::Timestamp(unit, _) = field.data_type() else { continue };
+        let per_nano: i64 = match unit {
+            TimeUnit::Second => 1_000_000_000,
+            TimeUnit::Millisecond => 1_000_000,
+            TimeUnit::Microsecond => 1_000,
+            TimeUnit::Nanosecond => 1,
+        };
+        let values = cast(column, &DataType::Int64).map_err(|e| e.to_string())?;
+        let values = values.as_primitive::<Int64Type>();
+        for (offset, value) in values.iter().enumerate() {
+            if value.is_some_and(|v| v.checked_mul(per_nano).is_none()) {
+                return Err(format!(
+                    "column {}, row {}: timestamp out of range",
+                    field.name(),
+                    first_row + offset
+                ));
+            }
+        }
+    }
+    Ok(())
+}
