@@ -71,6 +71,11 @@ pub enum Event {
         /// Wall time of the write.
         elapsed: Duration,
     },
+    /// The run was already published with the same inputs; nothing was written.
+    RunAlreadyDone {
+        /// The run folder.
+        folder: String,
+    },
     /// The nightly job started.
     NightlyStarted {
         /// The cut, RFC 3339.
@@ -160,6 +165,7 @@ impl Event {
                 | Event::RunFollows { .. }
                 | Event::RunReconciled { .. }
                 | Event::RunWritten { .. }
+                | Event::RunAlreadyDone { .. }
         )
     }
 }

@@ -160,6 +160,9 @@ pub(super) fn describe(event: &Event) -> String {
         Event::RunWritten { folder, elapsed } => {
             format!("run: wrote {folder} in {}", format_elapsed(*elapsed))
         }
+        Event::RunAlreadyDone { folder } => {
+            format!("run: {folder} is already complete with the same inputs; nothing to do (--replace recomputes it)")
+        }
         Event::NightlyStarted { cut, rules, rules_hash } => {
             format!("cut {cut}, rules {rules} ({rules_hash})")
         }

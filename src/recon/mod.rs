@@ -184,7 +184,16 @@ pub async fn run(plan: &RunPlan, events: &Events) -> Result<RunReport> {
 async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
     let mut timings_ms = BTreeMap::new();
     let started = Instant::now();
-    let prepared = Prepared::new(plan).await?;
+    let prepared = match Prepared::new(plan).await? {
+        Preparation::Fresh(prepared) => prepared,
+        Preparation::AlreadyDone { folder, manifest } => {
+            // A rerun of a run that finished (a scheduler retrying after a crash that came
+            // after the manifest): its outputs are already the ones this run would write.
+            let summary = publish::read_run_summary(&folder).await?;
+            events.emit(Event::RunAlreadyDone { folder: folder.display("") });
+            return Ok(RunReport { summary, manifest, folder: folder.display(""), plans: vec![] });
+        }
+    };
     let ctx = session::build(&plan.session)?;
     let stats = prepared.register(&ctx).await?;
     let verdict = prepared.self_check(&ctx, plan, &stats).await?;
@@ -246,10 +255,17 @@ struct InputVerdict {
     warnings: Vec<String>,
 }
 
+/// What preparing a run found: work to do, or the same run already published.
+enum Preparation {
+    Fresh(Prepared),
+    AlreadyDone { folder: Location, manifest: RunManifest },
+}
+
 impl Prepared {
     /// Opens the snapshot, chooses the previous run, resolves the window and claims
-    /// `<out>/run=<id>/`.
-    async fn new(plan: &RunPlan) -> Result<Prepared> {
+    /// `<out>/run=<id>/`; a complete run with the same id and the same inputs (snapshot,
+    /// window, rules, previous run, version) is already done unless `--replace`.
+    async fn new(plan: &RunPlan) -> Result<Preparation> {
         let snapshot = Snapshot::open(&plan.snapshot).await?;
         let cut = plan.cut.unwrap_or(snapshot.cut());
         let previous = PreviousRun::choose(&plan.previous, &plan.out, cut).await?;
@@ -264,6 +280,20 @@ impl Prepared {
         );
         let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
         check_run_id(&run_id)?;
+        if !plan.replace {
+            let folder = plan.out.join(&publish::run_folder(&run_id));
+            if let Some(manifest) = publish::existing_run(&folder).await? {
+                let same_inputs = manifest.snapshot == plan.snapshot.display("")
+                    && manifest.cut == format_instant(window.cut)
+                    && manifest.since == format_instant(window.since)
+                    && manifest.rules_hash == plan.rules.hash
+                    && manifest.previous_run == chain.previous_run
+                    && manifest.version == env!("CARGO_PKG_VERSION");
+                if same_inputs {
+                    return Ok(Preparation::AlreadyDone { folder, manifest });
+                }
+            }
+        }
         let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
         let bounds = Bounds {
             window,
@@ -271,7 +301,7 @@ impl Prepared {
             expire_before: chain.expire_before,
             run_id,
         };
-        Ok(Prepared { snapshot, previous, chain, bounds, publisher })
+        Ok(Preparation::Fresh(Prepared { snapshot, previous, chain, bounds, publisher }))
     }
 
     /// Validates and registers the snapshot tables and the previous run's outputs.

@@ -202,6 +202,14 @@ fn already_exists(folder: &Location) -> Error {
     }
 }
 
+/// The manifest of the run in `folder`, or `None` when the folder holds no complete run.
+pub async fn existing_run(folder: &Location) -> Result<Option<RunManifest>> {
+    if !folder.exists(MANIFEST).await? {
+        return Ok(None);
+    }
+    read_run_manifest(folder).await.map(Some)
+}
+
 /// Reads a run's manifest; a folder without one is not a (complete) run.
 pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
     let bytes = folder.read_optional(MANIFEST).await?.ok_or_else(|| Error::Output {

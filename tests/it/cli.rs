@@ -34,7 +34,23 @@ fn run_exits_1_on_breaks_only_when_asked_and_prints_the_summary() {
     again.extend(["--replace", "--fail-on-breaks"]);
     assert_eq!(effect_recon(&again).status.code(), Some(1));
 
-    let refused = effect_recon(&args);
+    // A scheduler's retry of a run that finished: nothing to do, the same answer.
+    let manifest = || std::fs::read(out.path().join("run=20261129T160000Z/manifest.json")).unwrap();
+    let before = manifest();
+    let retried = effect_recon(&args);
+    let (stdout, stderr) = text(&retried);
+    assert_eq!(retried.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("already complete with the same inputs"), "{stderr}");
+    assert!(stdout.contains("skip verdicts: WRONG 3"), "the summary of the existing run: {stdout}");
+    let mut retried_strict = args.to_vec();
+    retried_strict.push("--fail-on-breaks");
+    assert_eq!(effect_recon(&retried_strict).status.code(), Some(1), "the same exit code");
+    assert_eq!(manifest(), before, "nothing rewritten");
+
+    // Other inputs under the same id are refused.
+    let mut other_window = args.to_vec();
+    other_window.extend(["--since", "2026-11-29T00:00:00Z"]);
+    let refused = effect_recon(&other_window);
     let (_, stderr) = text(&refused);
     assert_eq!(refused.status.code(), Some(2));
     assert!(stderr.contains("already exists"), "{stderr}");

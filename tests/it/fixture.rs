@@ -81,7 +81,13 @@ async fn same_inputs_give_byte_identical_tables() {
 async fn second_run_with_same_id_is_refused_unless_replace() {
     let (_dir, out) = temp_location();
     let mut plan = plan(&tiny_snapshot(), &out);
-    run(&plan).await.unwrap();
+    let first = run(&plan).await.unwrap();
+    // The same inputs again: the published run is the answer, nothing is written.
+    let again = run(&plan).await.unwrap();
+    assert_eq!(again.manifest.summary, first.manifest.summary);
+    assert!(again.plans.is_empty());
+    // Other inputs under the same id are refused.
+    plan.since = Some(effect_recon::time::parse_instant("2026-11-29T00:00:00Z").unwrap());
     let err = run(&plan).await.unwrap_err().to_string();
     assert!(err.contains("already exists") && err.contains("--replace"), "{err}");
     plan.replace = true;

@@ -44,10 +44,14 @@ async fn gen_run_verify_through_an_s3_bucket() {
     .unwrap();
     assert!(verified.is_exact(), "{}", verified.render());
 
-    // The manifest is create-only on S3 too.
-    let again =
-        recon::run(&plan, &effect_recon::events::Events::none()).await.unwrap_err().to_string();
-    assert!(again.contains("already exists"), "{again}");
+    // A rerun with the same inputs finds the published run; other inputs are refused.
+    let again = recon::run(&plan, &effect_recon::events::Events::none()).await.unwrap();
+    assert_eq!(again.manifest.summary, report.manifest.summary);
+    let mut other = plan.clone();
+    other.since = Some(effect_recon::time::parse_instant("2026-11-29T00:00:00Z").unwrap());
+    let refused =
+        recon::run(&other, &effect_recon::events::Events::none()).await.unwrap_err().to_string();
+    assert!(refused.contains("already exists"), "{refused}");
     plan.replace = true;
     recon::run(&plan, &effect_recon::events::Events::none()).await.unwrap();
 }

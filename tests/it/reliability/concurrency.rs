@@ -1,7 +1,8 @@
 //! Two writers of one folder at once (issue 13 item 2): two `run`s with the same `--out`
-//! and id, two `export`s of one snapshot. Exactly one publishes, the other fails with a
-//! clear message, the folder is never mixed: its manifest lists exactly the files it
-//! holds, byte for byte those of an uninterrupted run. On S3 the same through the
+//! and id, two `export`s of one snapshot. Exactly one publishes; the other fails with a
+//! clear message (or, a `run` that finds the same run complete, writes nothing and exits
+//! 0). The folder is never mixed: its manifest lists exactly the files it holds, byte for
+//! byte those of an uninterrupted run. On S3 the same through the
 //! create-only put (a conditional put) of the local S3-compatible server.
 
 use std::process::{Child, Output, Stdio};
@@ -11,8 +12,13 @@ use effect_recon::storage::Location;
 use super::super::common::{repo, say_skipped};
 use super::{bin, comparable_tree, effect_recon, manifest_problems, say, soak, text, CUT, RUN};
 
+/// What a `run` says that finds the very same run already published: it writes nothing
+/// and exits 0 (a retry is not an error), so it is a loser that succeeds.
+const FOUND_COMPLETE: &str = "already complete with the same inputs";
+
 /// The messages a losing writer may get, depending on how far the winner was.
-const LOSER_MESSAGES: [&str; 5] = [
+const LOSER_MESSAGES: [&str; 6] = [
+    FOUND_COMPLETE,
     "already exists; pass --replace",
     "another run is writing this folder",
     "another run with this id finished first",
@@ -24,11 +30,15 @@ fn spawn(args: &[&str]) -> Child {
     bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
-/// Both outcomes of a race, the winner first; asserts one exit 0 and one clear exit 2.
+/// Both outcomes of a race, the winner first; asserts one publisher (exit 0) and one
+/// loser: a clear exit 2, or a `run` that found the winner's run complete (exit 0).
 fn one_winner(a: Output, b: Output, what: &str) -> String {
+    let found_complete = |o: &Output| text(o).1.contains(FOUND_COMPLETE);
     let (winner, loser) = match (a.status.code(), b.status.code()) {
         (Some(0), Some(2)) => (a, b),
         (Some(2), Some(0)) => (b, a),
+        (Some(0), Some(0)) if found_complete(&b) && !found_complete(&a) => (a, b),
+        (Some(0), Some(0)) if found_complete(&a) && !found_complete(&b) => (b, a),
         other => panic!("{what}: exit codes {other:?}: {:?} / {:?}", text(&a), text(&b)),
     };
     let (_, message) = text(&loser);
@@ -58,7 +68,8 @@ fn two_runs_with_one_id_at_once_publish_exactly_one() {
     for round in 0..rounds {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().to_str().unwrap();
-        let args = ["run", "--snapshot", &tiny(), "--out", out, "-q"];
+        // Not quiet: a loser that finds the run complete says so on stderr.
+        let args = ["run", "--snapshot", &tiny(), "--out", out];
         let (a, b) = (spawn(&args), spawn(&args));
         let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
         *kinds.entry(one_winner(a, b, &format!("round {round}"))).or_default() += 1;
@@ -147,7 +158,7 @@ async fn two_runs_at_once_on_s3_publish_exactly_one() {
             std::process::id(),
             chrono::Utc::now().timestamp_micros()
         );
-        let args = ["run", "--snapshot", &tiny(), "--out", &out, "-q"];
+        let args = ["run", "--snapshot", &tiny(), "--out", &out];
         let (a, b) = (spawn(&args), spawn(&args));
         let (a, b) = tokio::task::spawn_blocking(move || {
             (a.wait_with_output().unwrap(), b.wait_with_output().unwrap())
