@@ -58,6 +58,9 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
         let me = super::self_command();
         println!("history ({me} history --out {}):", report.layout.recon.display(""));
         print!("{}", history::render_table(&report.history));
+        if let Some(night) = report.nights.last() {
+            super::report::print_written(&night.nightly.report);
+        }
     } else if let Some(night) = report.nights.last() {
         print_next_steps(&report.layout, night);
     }
@@ -77,6 +80,10 @@ fn print_next_steps(layout: &DemoLayout, night: &DemoNight) {
     println!("source:   {} (SQLite; job {})", layout.database.display(), layout.job.display());
     println!("snapshot: {snapshot}");
     println!("outputs:  {run_dir}");
+    match &night.nightly.report {
+        Ok(written) => println!("report:   {}", written.location),
+        Err(_) => super::report::print_written(&night.nightly.report),
+    }
     println!("truth:    {}", night.truth);
     let me = super::self_command();
     println!("explore:");

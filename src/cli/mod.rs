@@ -10,6 +10,7 @@ mod nightly;
 mod progress;
 mod publish;
 mod reopen;
+mod report;
 mod run;
 mod sql;
 mod statement;
@@ -54,6 +55,8 @@ enum Command {
     Reopen(reopen::ReopenArgs),
     /// One order's story in time order: statuses, ledger decisions, receipts, findings, tasks.
     Explain(explain::ExplainArgs),
+    /// The morning report of a run: one self-contained HTML page with counts, charts, tasks.
+    Report(report::ReportArgs),
 }
 
 /// How a successful command ended.
@@ -114,6 +117,7 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Publish(args) => publish::execute(args).await,
         Command::Reopen(args) => reopen::execute(args).await,
         Command::Explain(args) => explain::execute(args).await,
+        Command::Report(args) => report::execute(args).await,
     }
 }
 
