@@ -140,8 +140,11 @@ pub(crate) fn over_runs(
         .flat_map(|l| l.values.iter().copied())
         .chain(bars.iter().flat_map(|b| b.values.iter().map(|v| *v as f64)))
         .fold(0.0f64, f64::max);
-    let top = y_max.unwrap_or_else(|| (highest * 1.12).max(1.0));
-    let n = runs.len().max(1) as f64;
+    // Whole numbers on the axis: a top of whole numbers, a label per step when few.
+    let top = y_max.unwrap_or_else(|| (highest * 1.12).ceil().max(1.0));
+    let y_labels = (top as usize + 1).min(11);
+    // A few runs are drawn at the left of a wider axis rather than as one huge bar.
+    let n = runs.len().max(4) as f64;
     let marks = bars.iter().flat_map(|b| &b.values).filter(|v| **v > 0).count()
         + lines.iter().map(|l| l.values.len()).sum::<usize>();
     svg(name, marks, |root| {
@@ -158,6 +161,7 @@ pub(crate) fn over_runs(
             .bold_line_style(RGBColor(0xe4, 0xe4, 0xe4))
             .x_labels(runs.len().min(10))
             .x_label_formatter(&|x| category(runs, *x))
+            .y_labels(y_labels)
             .y_label_formatter(&|y| format!("{y:.0}"))
             .x_desc("run (cut, UTC)")
             .y_desc(y_desc)
@@ -173,7 +177,10 @@ pub(crate) fn over_runs(
                 .filter(|(_, v)| **v > 0)
                 .map(|(i, v)| {
                     let x = i as f64;
-                    Rectangle::new([(x - 0.3, 0.0), (x + 0.3, *v as f64)], colour.mix(0.75).filled())
+                    Rectangle::new(
+                        [(x - 0.3, 0.0), (x + 0.3, *v as f64)],
+                        colour.mix(0.75).filled(),
+                    )
                 })
                 .collect();
             chart.draw_series(rects)?.label(bars.label).legend(move |(x, y)| {
@@ -187,7 +194,9 @@ pub(crate) fn over_runs(
             chart
                 .draw_series(LineSeries::new(points.clone(), colour.stroke_width(2)))?
                 .label(line.label)
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 12, y)], colour.stroke_width(2))
+                });
             chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, colour.filled())))?;
         }
         legend(&mut chart)?;
@@ -196,9 +205,13 @@ pub(crate) fn over_runs(
     })
 }
 
-fn legend<X: plotters::coord::ranged1d::Ranged, Y: plotters::coord::ranged1d::Ranged>(
-    chart: &mut ChartContext<SVGBackend, Cartesian2d<X, Y>>,
-) -> Drawn {
+fn legend<'a, 'b: 'a, X, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'b>, Cartesian2d<X, Y>>,
+) -> Drawn
+where
+    X: plotters::coord::ranged1d::Ranged,
+    Y: plotters::coord::ranged1d::Ranged,
+{
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)

@@ -100,7 +100,10 @@ pub struct ReportData {
 
 /// The run a report is about: `run` (an id, or `run=<id>`) or, by default, the latest
 /// run under `out` (complete runs only: a folder without `manifest.json` is not a run).
-pub async fn choose_run(out: &Location, run: Option<&str>) -> Result<(CompleteRun, Vec<CompleteRun>)> {
+pub async fn choose_run(
+    out: &Location,
+    run: Option<&str>,
+) -> Result<(CompleteRun, Vec<CompleteRun>)> {
     let runs = complete_runs(out).await?;
     let chosen = match run {
         Some(id) => {

@@ -151,7 +151,11 @@ pub(crate) fn render(data: &ReportData, me: &str) -> Result<String> {
         resolved_total: s.resolved.values().sum(),
         oldest: optional("oldest_open_break_on", s.oldest_open_break_on.as_deref(), "nothing open"),
         oldest_age: oldest_age(data),
-        inputs: s.inputs.iter().map(|(k, v)| (k.clone(), Cell::of(format!("inputs/{k}"), v))).collect(),
+        inputs: s
+            .inputs
+            .iter()
+            .map(|(k, v)| (k.clone(), Cell::of(format!("inputs/{k}"), v)))
+            .collect(),
         timings: s
             .timings_ms
             .iter()
@@ -246,8 +250,11 @@ fn resolved_cells(resolved: &BTreeMap<String, u64>) -> Vec<(&'static str, Cell)>
 }
 
 fn oldest_age(data: &ReportData) -> String {
-    let oldest =
-        data.summary.oldest_open_break_on.as_deref().and_then(|t| crate::time::parse_instant(t).ok());
+    let oldest = data
+        .summary
+        .oldest_open_break_on
+        .as_deref()
+        .and_then(|t| crate::time::parse_instant(t).ok());
     match oldest {
         Some(at) => format!("broke {} before the cut", age(data.cut - at)),
         None => String::new(),
@@ -276,7 +283,9 @@ fn charts_of(data: &ReportData) -> Result<Vec<Chart>> {
 
 fn run_labels(data: &ReportData) -> Vec<String> {
     let day = |cut: Micros, format: &str| {
-        DateTime::from_timestamp_micros(cut).map(|t| t.format(format).to_string()).unwrap_or_default()
+        DateTime::from_timestamp_micros(cut)
+            .map(|t| t.format(format).to_string())
+            .unwrap_or_default()
     };
     let days: Vec<String> = data.history.iter().map(|r| day(r.cut, "%m-%d")).collect();
     let mut distinct = days.clone();
@@ -297,7 +306,11 @@ fn over_runs_charts(data: &ReportData) -> Result<Vec<Chart>> {
         "findings",
         &runs,
         Some(Bars { label: "NEW", colour: RED, values: h.iter().map(|r| r.new).collect() }),
-        &[Line { label: "open backlog", colour: BLUE, values: h.iter().map(|r| r.open as f64).collect() }],
+        &[Line {
+            label: "open backlog",
+            colour: BLUE,
+            values: h.iter().map(|r| r.open as f64).collect(),
+        }],
         None,
     )?;
     let share = |found: u64, of: u64| if of == 0 { 0.0 } else { 100.0 * found as f64 / of as f64 };
@@ -378,7 +391,8 @@ fn by_hour(data: &ReportData) -> Result<Chart> {
     let (counts, without) = by_verdict(&data.findings, hour);
     let hours: Vec<String> = (0..24).map(|h| format!("{h:02}")).collect();
     let values = hours.iter().map(|h| counts.get(h).copied().unwrap_or_default()).collect();
-    let svg = charts::stacked_bars("by_hour", "hour of due_at (UTC)", &hours, &verdict_stacks(values))?;
+    let svg =
+        charts::stacked_bars("by_hour", "hour of due_at (UTC)", &hours, &verdict_stacks(values))?;
     Ok(Chart {
         name: "by_hour",
         title: "Findings by hour of due_at".into(),
@@ -393,7 +407,8 @@ fn by_partition(data: &ReportData) -> Result<Chart> {
     let partitions: Vec<i32> = (0..=highest).collect();
     let labels: Vec<String> = partitions.iter().map(|p| p.to_string()).collect();
     let values = partitions.iter().map(|p| counts.get(p).copied().unwrap_or_default()).collect();
-    let svg = charts::stacked_bars("by_partition", "Kafka partition", &labels, &verdict_stacks(values))?;
+    let svg =
+        charts::stacked_bars("by_partition", "Kafka partition", &labels, &verdict_stacks(values))?;
     Ok(Chart {
         name: "by_partition",
         title: "Findings by Kafka partition of the evidence".into(),
@@ -446,13 +461,9 @@ fn open_age(data: &ReportData) -> Result<Chart> {
         Bars { label: "NEW", colour: RED, values: values.iter().map(|v| v.0).collect() },
         Bars { label: "PERSISTING", colour: BLUE, values: values.iter().map(|v| v.1).collect() },
     ];
-    let svg = charts::stacked_bars("open_age", "time since first BREAK, at the cut", &labels, &stacks)?;
-    Ok(Chart {
-        name: "open_age",
-        title: "Age of open findings".into(),
-        note: String::new(),
-        svg,
-    })
+    let svg =
+        charts::stacked_bars("open_age", "time since first BREAK, at the cut", &labels, &stacks)?;
+    Ok(Chart { name: "open_age", title: "Age of open findings".into(), note: String::new(), svg })
 }
 
 fn top_tasks(data: &ReportData, me: &str) -> Vec<TaskLine> {
@@ -550,7 +561,10 @@ mod tests {
 
     #[test]
     fn shell_words_are_quoted_only_when_needed() {
-        assert_eq!(shell_word("/tmp/recon/run=20261129T160000Z"), "/tmp/recon/run=20261129T160000Z");
+        assert_eq!(
+            shell_word("/tmp/recon/run=20261129T160000Z"),
+            "/tmp/recon/run=20261129T160000Z"
+        );
         assert_eq!(shell_word("s3://b/recon"), "s3://b/recon");
         assert_eq!(shell_word("/tmp/my runs"), "'/tmp/my runs'");
         assert_eq!(shell_word("/tmp/it's"), r"'/tmp/it'\''s'");

@@ -16,7 +16,11 @@ fn effect_recon(args: &[&str]) -> Output {
 }
 
 fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
 }
 
 /// The charts every report draws.
@@ -65,13 +69,19 @@ fn summary_leaves(value: &Value, path: &str, out: &mut Vec<(String, String)>) {
         Value::Object(map) => map.iter().for_each(|(k, v)| summary_leaves(v, &join(k), out)),
         Value::Array(rows) if path == "findings" => {
             for f in rows {
-                let key = format!("findings/{}/{}/{}", f["effect"].as_str().unwrap(), f["class"].as_str().unwrap(), f["verdict"].as_str().unwrap());
+                let key = format!(
+                    "findings/{}/{}/{}",
+                    f["effect"].as_str().unwrap(),
+                    f["class"].as_str().unwrap(),
+                    f["verdict"].as_str().unwrap()
+                );
                 out.push((key, f["count"].to_string()));
             }
         }
-        Value::Array(items) => {
-            items.iter().enumerate().for_each(|(i, v)| summary_leaves(v, &join(&i.to_string()), out))
-        }
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .for_each(|(i, v)| summary_leaves(v, &join(&i.to_string()), out)),
         Value::Null => {}
         Value::String(s) => out.push((path.to_string(), s.clone())),
         other => out.push((path.to_string(), other.to_string())),
@@ -137,14 +147,18 @@ fn coloured_marks(svg: &str) -> usize {
 /// Asserts each chart is present, has data and really draws it.
 fn assert_charts_drawn(dom: &str, runs: usize) {
     let charts = charts_of(dom);
-    assert_eq!(charts.keys().map(String::as_str).collect::<HashSet<_>>(), CHARTS.into_iter().collect());
+    assert_eq!(
+        charts.keys().map(String::as_str).collect::<HashSet<_>>(),
+        CHARTS.into_iter().collect()
+    );
     for (name, (marks, svg)) in &charts {
         assert!(*marks > 0, "chart {name} drew no data");
         assert!(coloured_marks(svg) >= *marks, "chart {name}: {marks} marks said, fewer drawn");
         assert!(svg.contains("<text"), "chart {name} has no labels");
     }
     // One point per run on the backlog line (the blue circles).
-    let points = charts["backlog"].1.split("<circle").skip(1).filter(|c| c.contains("#1F5FA8")).count();
+    let points =
+        charts["backlog"].1.split("<circle").skip(1).filter(|c| c.contains("#1F5FA8")).count();
     assert_eq!(points, runs, "one backlog point per run");
 }
 
@@ -164,24 +178,22 @@ fn assert_self_contained(html: &str) {
     }
 }
 
-/// Decodes a PNG screenshot; asserts it is not blank: many colours, and a good part of
-/// the pixels unlike the background.
+/// Decodes a PNG screenshot (with Python's standard library: `report/png_colours.py`);
+/// asserts it is not blank: many colours, and a good part of the pixels unlike the
+/// background.
 fn assert_not_blank(png_path: &Path) {
-    let file = std::io::BufReader::new(std::fs::File::open(png_path).unwrap());
-    let mut reader = png::Decoder::new(file).read_info().unwrap();
-    let mut buffer = vec![0; reader.output_buffer_size().unwrap()];
-    let frame = reader.next_frame(&mut buffer).unwrap();
-    let bytes = &buffer[..frame.buffer_size()];
-    let channels = frame.color_type.samples();
-    assert!(channels >= 3, "an RGB screenshot, got {:?}", frame.color_type);
-    let mut counts: BTreeMap<&[u8], usize> = BTreeMap::new();
-    for pixel in bytes.chunks(channels) {
-        *counts.entry(&pixel[..3]).or_default() += 1;
-    }
-    let pixels = bytes.len() / channels;
-    let background = counts.values().copied().max().unwrap();
-    assert!(frame.width >= 1000 && frame.height >= 2000, "{}x{}", frame.width, frame.height);
-    assert!(counts.len() >= 50, "only {} colours in the screenshot", counts.len());
+    let python = std::env::var("EFFECT_RECON_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let output = Command::new(&python)
+        .arg(repo("tests/it/report/png_colours.py"))
+        .arg(png_path)
+        .output()
+        .unwrap_or_else(|e| panic!("{python} runs: {e}"));
+    assert!(output.status.success(), "decoding the screenshot: {}", text(&output));
+    let shot: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let number = |key: &str| shot[key].as_u64().unwrap();
+    assert_eq!((number("width"), number("height")), (1280, 2400), "{shot}");
+    assert!(number("colours") >= 50, "only {} colours in the screenshot", number("colours"));
+    let (pixels, background) = (number("pixels"), number("background"));
     assert!(
         (pixels - background) * 100 >= pixels * 5,
         "{} of {pixels} pixels differ from the background",
@@ -329,7 +341,8 @@ fn nightly_writes_the_report_of_each_night_of_a_three_night_sequence() {
     // The report command renders the same page for the same run.
     let again = tempfile::tempdir().unwrap();
     let file = again.path().join("again.html");
-    let output = effect_recon(&["report", "--out", recon.to_str().unwrap(), "-o", file.to_str().unwrap()]);
+    let output =
+        effect_recon(&["report", "--out", recon.to_str().unwrap(), "-o", file.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(runs[2].join("report.html")).unwrap());
 }

@@ -147,7 +147,10 @@ print(json.dumps(samples))
 #[test]
 fn the_metrics_file_parses_with_the_prometheus_python_client_and_equals_the_summary() {
     let Ok(python) = std::env::var("EFFECT_RECON_TEST_PYTHON") else {
-        say_skipped("EFFECT_RECON_TEST_PYTHON", "the metrics file was not read by prometheus_client");
+        say_skipped(
+            "EFFECT_RECON_TEST_PYTHON",
+            "the metrics file was not read by prometheus_client",
+        );
         return;
     };
     let out = tempfile::tempdir().unwrap();
@@ -159,7 +162,11 @@ fn the_metrics_file_parses_with_the_prometheus_python_client_and_equals_the_summ
         .args(["-c", PROMETHEUS_PARSE, file.to_str().unwrap()])
         .output()
         .expect("the test python runs");
-    assert!(parsed.status.success(), "prometheus_client: {}", String::from_utf8_lossy(&parsed.stderr));
+    assert!(
+        parsed.status.success(),
+        "prometheus_client: {}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
     let samples: BTreeMap<String, f64> = serde_json::from_slice(&parsed.stdout).unwrap();
     // The client read the same samples as the format's own rules say are there.
     let text = std::fs::read_to_string(&file).unwrap();
