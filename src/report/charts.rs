@@ -159,7 +159,8 @@ pub(crate) fn over_runs(
             .disable_x_mesh()
             .light_line_style(WHITE)
             .bold_line_style(RGBColor(0xe4, 0xe4, 0xe4))
-            .x_labels(runs.len().min(10))
+            // A label per run while they fit; fewer, evenly spaced, beyond.
+            .x_labels(if runs.len() <= 12 { runs.len().max(4) + 1 } else { 10 })
             .x_label_formatter(&|x| category(runs, *x))
             .y_labels(y_labels)
             .y_label_formatter(&|y| format!("{y:.0}"))
