@@ -346,3 +346,39 @@ fn nightly_writes_the_report_of_each_night_of_a_three_night_sequence() {
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     assert_eq!(std::fs::read(&file).unwrap(), std::fs::read(runs[2].join("report.html")).unwrap());
 }
+
+/// The latest run is reported even when it is INCOMPLETE (that is what the on-call must
+/// see): its status, exit code 3 and every failed self-check are on the page.
+#[tokio::test]
+async fn the_report_of_an_incomplete_night_says_so_with_exit_code_3() {
+    let out = tempfile::tempdir().unwrap();
+    let root = out.path().to_str().unwrap();
+    let snapshot = repo("fixtures/tiny/snapshot");
+    let first = effect_recon(&["run", "--snapshot", snapshot.to_str().unwrap(), "--out", root]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first));
+    // The next night, every receipts source empty: published, but INCOMPLETE.
+    let csv = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(repo("fixtures/tiny/csv")).unwrap() {
+        let path = entry.unwrap().path();
+        let mut content = std::fs::read_to_string(&path).unwrap();
+        if path.file_name().unwrap().to_str().unwrap().starts_with("receipts_") {
+            content = content.lines().next().unwrap().to_string() + "\n";
+        }
+        std::fs::write(csv.path().join(path.file_name().unwrap()), content).unwrap();
+    }
+    let (_snap, next) = temp_location();
+    snapshot_from_csv(csv.path(), &next, "2026-11-30T16:00:00Z").await;
+    let second = effect_recon(&["run", "--snapshot", &next.display(""), "--out", root]);
+    assert_eq!(second.status.code(), Some(3), "{}", text(&second));
+
+    let report = effect_recon(&["report", "--out", root]);
+    assert_eq!(report.status.code(), Some(0), "{}", text(&report));
+    let run_folder = out.path().join("run=20261130T160000Z");
+    let page = printed_report(&report);
+    assert_eq!(page, run_folder.join("report.html"));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains("<span class=\"word\" data-summary=\"status\">INCOMPLETE</span>"));
+    assert!(html.contains("exit code <strong id=\"exit-code\">3</strong>"), "{html:.2000}");
+    assert!(html.contains("table receipts has no rows"), "{html:.2000}");
+    check_report(&page, &run_folder, 2);
+}
