@@ -55,12 +55,12 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
         print!("{}", night.verified.render());
     }
     if several {
-        let me = super::self_command();
-        println!("history ({me} history --out {}):", report.layout.recon.display(""));
-        print!("{}", history::render_table(&report.history));
         if let Some(night) = report.nights.last() {
             super::report::print_written(&night.nightly.report);
         }
+        let me = super::self_command();
+        println!("history ({me} history --out {}):", report.layout.recon.display(""));
+        print!("{}", history::render_table(&report.history));
     } else if let Some(night) = report.nights.last() {
         print_next_steps(&report.layout, night);
     }
