@@ -27,6 +27,8 @@
 //! * [`nightly`] — the scheduled job: export, then run; [`demo`] — the same on a generated
 //!   day (or nights) in SQLite, verified against the ground truth.
 //! * [`history`] — the runs under an output root, one line each (the backlog over time).
+//! * [`report`] — the morning report of a run: one self-contained HTML page (askama
+//!   template, plotters SVG charts), written by `report` and into each nightly run folder.
 //! * [`metrics`] — a run's summary as a Prometheus textfile (`--metrics-file`), written
 //!   atomically; [`alert`] — one aggregate JSON message per run (`--alert-webhook`).
 //! * [`workload`] — the synthetic 24-partition workload of `effect-recon gen` (one day or
@@ -56,6 +58,7 @@ pub mod nightly;
 pub mod parquet_parts;
 pub mod queries;
 pub mod recon;
+pub mod report;
 pub mod run_outputs;
 pub mod session;
 pub mod simulate;

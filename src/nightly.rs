@@ -2,7 +2,9 @@
 //! reconciliation into `<root>/run=<id>/`. Used by `effect-recon nightly` and `demo`.
 //!
 //! A snapshot already complete for the same cut is reused, so a retry after a failed run
-//! does not export again.
+//! does not export again. Once the run is published, its morning report is written into
+//! the run folder (`report.html`); a report that cannot be written is returned as such and
+//! never changes the run.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::events::{Event, Events};
 use crate::export::{self, ExportPlan, ExportReport};
 use crate::recon::{self, RunPlan, RunReport};
+use crate::report::{self, ReportPlan, ReportWritten};
 use crate::session::SessionOptions;
 use crate::snapshot::MANIFEST;
 use crate::storage::Location;
@@ -40,6 +43,9 @@ pub struct NightlyReport {
     pub export: Option<ExportReport>,
     /// The run.
     pub run: RunReport,
+    /// The run's morning report in its folder, or why it could not be written (the run
+    /// is published either way).
+    pub report: Result<ReportWritten>,
     /// Wall time of the whole job.
     pub elapsed: Duration,
 }
@@ -91,5 +97,11 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
         folder: run.folder.clone(),
         elapsed: run_started.elapsed(),
     });
-    Ok(NightlyReport { root, snapshot, export, run, elapsed: started.elapsed() })
+    let report = report::write(&ReportPlan {
+        out: root.clone(),
+        run: Some(run.summary.run_id.clone()),
+        output: None,
+    })
+    .await;
+    Ok(NightlyReport { root, snapshot, export, run, report, elapsed: started.elapsed() })
 }

@@ -154,12 +154,12 @@ impl RunOutputs {
     }
 }
 
-fn output_error(location: String, message: String) -> Error {
+pub(crate) fn output_error(location: String, message: String) -> Error {
     Error::Output { location, message }
 }
 
 /// The batches of one output table; `None` when the manifest does not list it.
-async fn read_table(
+pub(crate) async fn read_table(
     folder: &Location,
     manifest: &RunManifest,
     table: &str,
@@ -198,7 +198,8 @@ fn read_parquet(bytes: Bytes) -> Result<Vec<RecordBatch>, String> {
     reader.map(|b| b.map_err(|e| format!("unreadable Parquet: {e}"))).collect()
 }
 
-fn rows<T>(
+/// Each row of `batches` as `row` reads it.
+pub(crate) fn rows<T>(
     batches: &Option<Vec<RecordBatch>>,
     row: fn(&Typed, usize) -> Result<T, String>,
 ) -> Result<Vec<T>, String> {
@@ -318,7 +319,7 @@ impl Typed {
     }
 }
 
-fn task_row(t: &Typed, i: usize) -> Result<TaskRow, String> {
+pub(crate) fn task_row(t: &Typed, i: usize) -> Result<TaskRow, String> {
     Ok(TaskRow {
         task_id: t.req_text("task_id", i)?,
         effect: t.req_text("effect", i)?,

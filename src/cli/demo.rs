@@ -55,6 +55,9 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
         print!("{}", night.verified.render());
     }
     if several {
+        if let Some(night) = report.nights.last() {
+            super::report::print_written(&night.nightly.report);
+        }
         let me = super::self_command();
         println!("history ({me} history --out {}):", report.layout.recon.display(""));
         print!("{}", history::render_table(&report.history));
@@ -77,6 +80,10 @@ fn print_next_steps(layout: &DemoLayout, night: &DemoNight) {
     println!("source:   {} (SQLite; job {})", layout.database.display(), layout.job.display());
     println!("snapshot: {snapshot}");
     println!("outputs:  {run_dir}");
+    match &night.nightly.report {
+        Ok(written) => println!("report:   {}", written.location),
+        Err(_) => super::report::print_written(&night.nightly.report),
+    }
     println!("truth:    {}", night.truth);
     let me = super::self_command();
     println!("explore:");

@@ -11,6 +11,7 @@ mod nightly;
 mod progress;
 mod publish;
 mod reopen;
+mod report;
 mod run;
 mod simulate;
 mod sql;
@@ -61,6 +62,8 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Advise a grace per rule and the N of PENDING_REVIEW from a snapshot's real lags.
     Advise(advise::AdviseArgs),
+    /// The morning report of a run: one self-contained HTML page with counts, charts, tasks.
+    Report(report::ReportArgs),
 }
 
 /// How a successful command ended.
@@ -123,6 +126,7 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Explain(args) => explain::execute(args).await,
         Command::Simulate(args) => simulate::execute(args).await,
         Command::Advise(args) => advise::execute(args).await,
+        Command::Report(args) => report::execute(args).await,
     }
 }
 

@@ -53,6 +53,7 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
     let report = nightly(&plan, &progress::stderr("nightly: ", detail)).await?;
     print!("{}", report.run.summary.render());
     println!("outputs: {}", report.run.folder);
+    super::report::print_written(&report.report);
     args.statement.deliver(&report.run, &report.root, args.quiet).await;
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
     Ok(Outcome::of_run(&report.run.summary, args.fail_on_breaks))

@@ -184,14 +184,15 @@ pub async fn run(plan: &RunPlan, events: &Events) -> Result<RunReport> {
 async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
     let mut timings_ms = BTreeMap::new();
     let started = Instant::now();
-    let prepared = match Prepared::new(plan).await? {
-        Preparation::Fresh(prepared) => prepared,
+    let prepared = match Prepared::prepare(plan).await? {
+        Preparation::Fresh(prepared) => *prepared,
         Preparation::AlreadyDone { folder, manifest } => {
             // A rerun of a run that finished (a scheduler retrying after a crash that came
             // after the manifest): its outputs are already the ones this run would write.
             let summary = publish::read_run_summary(&folder).await?;
-            events.emit(Event::RunAlreadyDone { folder: folder.display("") });
-            return Ok(RunReport { summary, manifest, folder: folder.display(""), plans: vec![] });
+            let folder = folder.display("");
+            events.emit(Event::RunAlreadyDone { folder: folder.clone() });
+            return Ok(RunReport { summary, manifest: *manifest, folder, plans: vec![] });
         }
     };
     let ctx = session::build(&plan.session)?;
@@ -257,15 +258,15 @@ struct InputVerdict {
 
 /// What preparing a run found: work to do, or the same run already published.
 enum Preparation {
-    Fresh(Prepared),
-    AlreadyDone { folder: Location, manifest: RunManifest },
+    Fresh(Box<Prepared>),
+    AlreadyDone { folder: Location, manifest: Box<RunManifest> },
 }
 
 impl Prepared {
     /// Opens the snapshot, chooses the previous run, resolves the window and claims
     /// `<out>/run=<id>/`; a complete run with the same id and the same inputs (snapshot,
     /// window, rules, previous run, version) is already done unless `--replace`.
-    async fn new(plan: &RunPlan) -> Result<Preparation> {
+    async fn prepare(plan: &RunPlan) -> Result<Preparation> {
         let snapshot = Snapshot::open(&plan.snapshot).await?;
         let cut = plan.cut.unwrap_or(snapshot.cut());
         let previous = PreviousRun::choose(&plan.previous, &plan.out, cut).await?;
@@ -290,6 +291,7 @@ impl Prepared {
                     && manifest.previous_run == chain.previous_run
                     && manifest.version == env!("CARGO_PKG_VERSION");
                 if same_inputs {
+                    let manifest = Box::new(manifest);
                     return Ok(Preparation::AlreadyDone { folder, manifest });
                 }
             }
@@ -301,7 +303,7 @@ impl Prepared {
             expire_before: chain.expire_before,
             run_id,
         };
-        Ok(Preparation::Fresh(Prepared { snapshot, previous, chain, bounds, publisher }))
+        Ok(Preparation::Fresh(Box::new(Prepared { snapshot, previous, chain, bounds, publisher })))
     }
 
     /// Validates and registers the snapshot tables and the previous run's outputs.

@@ -24,7 +24,11 @@
 //! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
 //!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
 //! * `statement`    — `--metrics-file` (a Prometheus textfile equal to `summary.json`, written
-//!   atomically) and `--alert-webhook` (one POST to a local server; a failing one changes nothing).
+//!   atomically; read back by the Prometheus Python client when `EFFECT_RECON_TEST_PYTHON` is
+//!   set) and `--alert-webhook` (one POST to a local server; a failing one changes nothing).
+//! * `report`       — `report` and nightly's `report.html`, opened by headless chromium (when
+//!   installed; `.ci/run` installs it): every summary.json value in the DOM, charts drawn,
+//!   a non-blank screenshot, nothing fetched from a URL.
 //! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
 //!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
 //!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
@@ -49,6 +53,7 @@ mod messages;
 mod nights;
 mod publish;
 mod reliability;
+mod report;
 mod s3;
 mod scaling;
 mod simulate;

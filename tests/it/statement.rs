@@ -75,7 +75,11 @@ fn the_metrics_file_of_the_tiny_fixture_equals_its_summary() {
     assert_eq!(names, ["effect_recon.prom"], "the file alone, no temporary file left");
 
     let m = parse_exposition(&std::fs::read_to_string(&file).unwrap());
-    let s = summary_of(out.path());
+    assert_metrics_equal_summary(&m, &summary_of(out.path()));
+}
+
+/// The samples `m` (as [`parse_exposition`] keys them) equal the run's summary.json `s`.
+fn assert_metrics_equal_summary(m: &BTreeMap<String, f64>, s: &serde_json::Value) {
     let get = |key: &str| *m.get(key).unwrap_or_else(|| panic!("{key} missing from {m:#?}"));
     for f in s["findings"].as_array().unwrap() {
         let key = format!(
@@ -123,6 +127,51 @@ fn the_metrics_file_of_the_tiny_fixture_equals_its_summary() {
     assert_eq!(get("effect_recon_run_status{status=INCOMPLETE}"), 0.0);
     let run_id = s["run_id"].as_str().unwrap();
     assert_eq!(get(&format!("effect_recon_run_info{{previous_run=,run_id={run_id}}}")), 1.0);
+}
+
+/// Reads a metrics file with the Prometheus Python client's text-format parser; its
+/// samples keyed like [`parse_exposition`]'s.
+const PROMETHEUS_PARSE: &str = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+samples = {}
+for family in text_string_to_metric_families(open(sys.argv[1]).read()):
+    for sample in family.samples:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+        key = sample.name + ("{" + labels + "}" if sample.labels else "")
+        assert key not in samples, key
+        samples[key] = sample.value
+print(json.dumps(samples))
+"#;
+
+#[test]
+fn the_metrics_file_parses_with_the_prometheus_python_client_and_equals_the_summary() {
+    let Ok(python) = std::env::var("EFFECT_RECON_TEST_PYTHON") else {
+        say_skipped(
+            "EFFECT_RECON_TEST_PYTHON",
+            "the metrics file was not read by prometheus_client",
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let folder = tempfile::tempdir().unwrap();
+    let file = folder.path().join("effect_recon.prom");
+    let output = run_tiny(out.path(), &["--metrics-file", file.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let parsed = Command::new(&python)
+        .args(["-c", PROMETHEUS_PARSE, file.to_str().unwrap()])
+        .output()
+        .expect("the test python runs");
+    assert!(
+        parsed.status.success(),
+        "prometheus_client: {}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let samples: BTreeMap<String, f64> = serde_json::from_slice(&parsed.stdout).unwrap();
+    // The client read the same samples as the format's own rules say are there.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(samples, parse_exposition(&text));
+    assert_metrics_equal_summary(&samples, &summary_of(out.path()));
 }
 
 #[test]
