@@ -100,8 +100,8 @@ impl OrderRangeTable {
     }
 
     /// `plan` reading only the row groups that may hold an `order_id` in `[lo, hi]`,
-    /// spread over `partitions` groups of about equal bytes (whole row groups each);
-    /// `None` when it is not a plain file scan or every row group is in range.
+    /// dealt out in equal numbers to `partitions` groups (whole row groups each); `None`
+    /// when it is not a plain file scan or every row group is in range.
     fn narrowed(
         &self,
         plan: &Arc<dyn ExecutionPlan>,
