@@ -11,6 +11,7 @@ mod chart;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::advise::LagQuantiles;
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
 use crate::events::Events;
@@ -121,32 +122,6 @@ pub fn parse_policies(list: &str) -> Result<Vec<(String, Policy)>> {
         .map_err(|e| Error::argument("--policies", e))
 }
 
-/// Quantiles of a time-to-correct sample, in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Quantiles {
-    /// Sample size.
-    pub count: u64,
-    /// Median.
-    pub p50: Micros,
-    /// 99th percentile.
-    pub p99: Micros,
-    /// Largest.
-    pub max: Micros,
-}
-
-impl Quantiles {
-    /// Nearest-rank quantiles of `sample` (sorted in place).
-    pub fn of(sample: &mut [Micros]) -> Quantiles {
-        if sample.is_empty() {
-            return Quantiles::default();
-        }
-        sample.sort_unstable();
-        let rank =
-            |q: f64| sample[((q * sample.len() as f64).ceil() as usize).clamp(1, sample.len()) - 1];
-        Quantiles { count: sample.len() as u64, p50: rank(0.5), p99: rank(0.99), max: rank(1.0) }
-    }
-}
-
 /// The T+1 net of one policy: its snapshot reconciled and verified against its truth.
 #[derive(Debug, Clone, Default)]
 pub struct NetReport {
@@ -193,7 +168,7 @@ pub struct PolicyReport {
     /// Costs and outcomes (the sample of times to correct is moved to `ttc`).
     pub outcome: PolicyOutcome,
     /// Time to correct.
-    pub ttc: Quantiles,
+    pub ttc: LagQuantiles,
     /// Its sample, sorted, in microseconds.
     pub ttc_sample: Vec<Micros>,
     /// Scans over the simulated span (scan policies).
@@ -243,7 +218,7 @@ pub async fn simulate(plan: &SimPlan) -> Result<Vec<PolicyReport>> {
             Some(root) => Some(net(plan, &world, policy, &slug(label), root, &mut outcome).await?),
         };
         let mut sample = std::mem::take(&mut outcome.time_to_correct);
-        let ttc = Quantiles::of(&mut sample);
+        let ttc = LagQuantiles::of(&mut sample);
         let scans = match policy {
             Policy::Scan { interval, .. } | Policy::StateMachineScan { interval, .. } => {
                 ((world.horizon() - world.start()) / interval) as u64

@@ -6,24 +6,12 @@ use std::process::Command;
 
 use effect_recon::advise::{self, AdvisePlan, LagQuantiles};
 use effect_recon::config::RuleSet;
-use effect_recon::storage::Location;
 use effect_recon::workload::world::{Lag, Policy, PolicyOutcome};
 use effect_recon::workload::{self as gen, GenPlan};
 
+use super::common::{block_on, location};
+
 const MS: i64 = 1_000;
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-fn location(path: &Path) -> Location {
-    Location::parse(path.to_str().unwrap()).unwrap()
-}
 
 /// A SplitMix64 of the test's own, to sample what the generator was told.
 struct Sampler(u64);

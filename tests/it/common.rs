@@ -25,10 +25,26 @@ pub(crate) fn tiny_snapshot() -> Location {
     Location::parse(repo("fixtures/tiny/snapshot").to_str().unwrap()).unwrap()
 }
 
+/// The location of a local directory.
+pub(crate) fn location(path: &Path) -> Location {
+    Location::parse(path.to_str().unwrap()).unwrap()
+}
+
+/// Runs a future to completion on a small runtime of its own (for `#[test]`s that also
+/// start processes or threads).
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
 /// A location in a fresh temporary directory (kept alive by the returned guard).
 pub(crate) fn temp_location() -> (tempfile::TempDir, Location) {
     let dir = tempfile::tempdir().unwrap();
-    let location = Location::parse(dir.path().to_str().unwrap()).unwrap();
+    let location = location(dir.path());
     (dir, location)
 }
 

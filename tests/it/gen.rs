@@ -11,27 +11,13 @@ use effect_recon::datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use effect_recon::recon::publish::{read_run_manifest, run_folder};
 use effect_recon::recon::{self, RunReport};
-use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};
 use effect_recon::workload::truth::{self, Judge, TRUTH_FILE};
 use effect_recon::workload::world::OrderRows;
 use effect_recon::workload::{self as gen, FaultRates, GenPlan, GenReport};
 use proptest::prelude::*;
 
-use super::common::{self, tree_bytes};
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-fn location(path: &Path) -> Location {
-    Location::parse(path.to_str().unwrap()).unwrap()
-}
+use super::common::{self, block_on, location, tree_bytes};
 
 fn plan(dir: &Path, orders: u64, seed: u64) -> GenPlan {
     let mut plan = GenPlan::new(location(&dir.join("snapshot")), orders).unwrap();

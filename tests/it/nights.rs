@@ -16,16 +16,7 @@ use effect_recon::workload::nights::{self, NightsPlan, NightsReport};
 use effect_recon::workload::truth::TRUTH_FILE;
 use effect_recon::workload::{FaultRates, GenPlan};
 
-use super::common::tree_bytes;
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
+use super::common::{block_on, tree_bytes};
 
 fn heavy() -> FaultRates {
     let d = FaultRates::default();

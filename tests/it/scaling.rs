@@ -18,10 +18,6 @@ use super::common::*;
 /// every pass, as a large day has with the default row groups.
 const SMALL_ROW_GROUPS: usize = 500;
 
-fn location(path: &Path) -> Location {
-    Location::parse(path.to_str().unwrap()).unwrap()
-}
-
 /// A generated day rewritten with small row groups, so a small day has the shape of a
 /// large one: many row groups per file, files sorted by order_id.
 async fn day_with_many_row_groups(dir: &Path, orders: u64) -> Location {

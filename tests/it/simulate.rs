@@ -11,23 +11,10 @@ use effect_recon::workload::world::{
 };
 use effect_recon::workload::{self as gen, FaultRates, GenPlan};
 
-use super::common::tree_bytes;
+use super::common::{block_on, location, tree_bytes};
 
 const SECOND: i64 = 1_000_000;
 const DAY: i64 = 86_400 * SECOND;
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-fn location(path: &Path) -> Location {
-    Location::parse(path.to_str().unwrap()).unwrap()
-}
 
 fn policies() -> Vec<Policy> {
     simulate::parse_policies(&format!(
