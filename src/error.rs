@@ -116,6 +116,16 @@ pub enum Error {
         message: String,
     },
 
+    /// The cluster engine (`--engine ballista://…`) cannot be reached or a query on it
+    /// failed.
+    #[error("cluster {scheduler}: {message}")]
+    Cluster {
+        /// The engine as given, `ballista://HOST:PORT`.
+        scheduler: String,
+        /// What is wrong, in words.
+        message: String,
+    },
+
     /// Object store access failed.
     #[error("object store {location}: {source}")]
     ObjectStore {

@@ -60,6 +60,18 @@ pub enum Event {
         /// Wall time.
         elapsed: Duration,
     },
+    /// A run connected to its engine (only said for a cluster).
+    RunEngine {
+        /// The engine, `ballista://HOST:PORT`.
+        engine: String,
+    },
+    /// `--check-single-node`: the in-process run gave the same outputs as the cluster.
+    RunSingleNodeChecked {
+        /// The cluster engine checked.
+        engine: String,
+        /// Wall time of the in-process run.
+        elapsed: Duration,
+    },
     /// A rule value the snapshot does not contain.
     RuleWarning(String),
     /// A self-check failed: the run will be INCOMPLETE.

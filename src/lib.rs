@@ -16,7 +16,11 @@
 //!   [`faults`] — the test-only crash hook of the reliability suite (docs/RELIABILITY.md).
 //! * [`snapshot`] — the snapshot contract: layout, manifest, schemas, reading and writing.
 //! * [`parquet_parts`] — numbered Parquet parts with row counts and SHA-256.
-//! * [`session`] — the one place a DataFusion session is built.
+//! * [`session`] — the one place a DataFusion session is built, in process or on a
+//!   cluster ([`session::Engine`]); [`staging`] — the tables a run builds in memory,
+//!   registered so the engine can read them (Parquet under the run folder on a cluster);
+//!   [`cluster`] — the Ballista engine's client and the scheduler and executor processes
+//!   of `effect-recon cluster` (cargo feature `ballista`).
 //! * [`queries`] — the SQL of `sql/`, embedded; nothing else holds SQL.
 //! * [`udf`] — the SQL functions of our own (`key_hash`).
 //! * [`recon`] — `run`: the reconciliation, its outputs and their atomic publishing
@@ -45,6 +49,8 @@
 pub mod advise;
 pub mod alert;
 pub mod claim;
+#[cfg(feature = "ballista")]
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -63,6 +69,7 @@ pub mod run_outputs;
 pub mod session;
 pub mod simulate;
 pub mod snapshot;
+pub mod staging;
 pub mod storage;
 pub mod time;
 pub mod timeline;

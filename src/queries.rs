@@ -58,6 +58,8 @@ pub const RESOLVED: Query = query!("resolved");
 pub const VOCABULARY: Query = query!("vocabulary");
 /// Ledger key check, first pass: the hash of every msg_id.
 pub const LEDGER_KEY_HASHES: Query = query!("ledger_key_hashes");
+/// Ledger key check on a cluster, first pass: the hashes that repeat.
+pub const REPEATED_KEY_HASHES: Query = query!("repeated_key_hashes");
 /// Ledger key check, second pass: the msg_ids behind repeated hashes.
 pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 /// `advise`: decision lag of every ledger row (`$cut`).
@@ -92,7 +94,13 @@ pub const ADVISE: [Query; 4] =
 
 /// Every embedded query of a run: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {
-    PIPELINE.into_iter().chain([ORDER_ID_SPAN, LEDGER_KEY_HASHES, DUPLICATE_MSG_IDS, VOCABULARY])
+    PIPELINE.into_iter().chain([
+        ORDER_ID_SPAN,
+        LEDGER_KEY_HASHES,
+        REPEATED_KEY_HASHES,
+        DUPLICATE_MSG_IDS,
+        VOCABULARY,
+    ])
 }
 
 /// A named parameter value (`$cut`, `$since`, `$list_since`, `$expire_before`, `$run_id`,

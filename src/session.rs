@@ -1,13 +1,15 @@
 //! The one place a DataFusion `SessionContext` is built, so every command (run, sql,
-//! tests, benches) plans with the same settings.
+//! tests, benches) plans with the same settings, in process or on a cluster
+//! ([`Engine`]).
 
 use std::sync::Arc;
 
 use datafusion::execution::memory_pool::FairSpillPool;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
 use crate::error::{Error, Result};
+use crate::staging::Staging;
 
 /// Engine settings a caller may choose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,8 +80,58 @@ fn machine_memory() -> Option<usize> {
     Some(cgroup.map_or(total, |limit| limit.min(total)))
 }
 
-/// Builds a session with `options`.
-pub fn build(options: &SessionOptions) -> Result<SessionContext> {
+/// Where a run's queries execute.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Engine {
+    /// DataFusion in this process (the default).
+    #[default]
+    InProcess,
+    /// An Apache DataFusion Ballista cluster, by its scheduler's `host:port`: the same SQL,
+    /// planned by the scheduler and executed by its executors, reading the snapshot from
+    /// storage every node reaches.
+    Ballista {
+        /// The scheduler's `host:port`.
+        scheduler: String,
+    },
+}
+
+/// How `--engine` names the cluster engine.
+pub const BALLISTA_SCHEME: &str = "ballista://";
+
+impl Engine {
+    /// Parses `in-process` or `ballista://HOST:PORT`.
+    pub fn parse(text: &str) -> Result<Engine> {
+        let text = text.trim();
+        if text == "in-process" {
+            return Ok(Engine::InProcess);
+        }
+        let bad = |message: &str| Error::argument("--engine", format!("'{text}' {message}"));
+        let Some(address) = text.strip_prefix(BALLISTA_SCHEME) else {
+            return Err(bad("is not an engine; use in-process or ballista://HOST:PORT"));
+        };
+        let address = address.trim_end_matches('/');
+        let port = address.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>()));
+        match port {
+            Some((host, Ok(port))) if !host.is_empty() && port > 0 => {
+                Ok(Engine::Ballista { scheduler: address.to_string() })
+            }
+            _ => Err(bad(
+                "needs the scheduler as ballista://HOST:PORT (e.g. ballista://127.0.0.1:50050)",
+            )),
+        }
+    }
+
+    /// The engine as `--engine` takes it.
+    pub fn describe(&self) -> String {
+        match self {
+            Engine::InProcess => "in-process".into(),
+            Engine::Ballista { scheduler } => format!("{BALLISTA_SCHEME}{scheduler}"),
+        }
+    }
+}
+
+/// The settings every session shares, in process or on a cluster.
+pub(crate) fn config(options: &SessionOptions) -> SessionConfig {
     let mut config = SessionConfig::new()
         .with_target_partitions(options.target_partitions.max(1))
         .with_batch_size(options.batch_size.max(1))
@@ -88,12 +140,65 @@ pub fn build(options: &SessionOptions) -> Result<SessionContext> {
     // rows that fail them never materialise their other columns.
     config.options_mut().execution.parquet.pushdown_filters = true;
     config.options_mut().execution.parquet.reorder_filters = true;
+    config
+}
+
+fn runtime(options: &SessionOptions) -> Result<Arc<RuntimeEnv>> {
     let mut runtime = RuntimeEnvBuilder::new();
     if let Some(limit) = options.memory_limit {
         runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(limit)));
     }
-    let runtime = runtime.build_arc().map_err(|e| Error::query("building the query engine", e))?;
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    runtime.build_arc().map_err(|e| Error::query("building the query engine", e))
+}
+
+/// Builds an in-process session with `options`.
+pub fn build(options: &SessionOptions) -> Result<SessionContext> {
+    let ctx = SessionContext::new_with_config_rt(config(options), runtime(options)?);
     ctx.register_udf(crate::udf::key_hash());
     Ok(ctx)
+}
+
+/// A session on `engine`. A cluster session stages the tables a run builds in memory
+/// under `staging` (the run's own folder; see [`crate::staging`]) and is checked to answer
+/// before it is returned.
+pub async fn connect(
+    engine: &Engine,
+    options: &SessionOptions,
+    staging: impl FnOnce() -> Staging,
+) -> Result<SessionContext> {
+    match engine {
+        Engine::InProcess => build(options),
+        Engine::Ballista { scheduler } => {
+            let config = config(options).with_extension(Arc::new(staging()));
+            cluster_session(scheduler, config, runtime(options)?).await
+        }
+    }
+}
+
+#[cfg(feature = "ballista")]
+async fn cluster_session(
+    scheduler: &str,
+    config: SessionConfig,
+    runtime: Arc<RuntimeEnv>,
+) -> Result<SessionContext> {
+    let state = crate::cluster::client_state(scheduler, config, runtime)?;
+    let ctx = SessionContext::new_with_state(state);
+    ctx.register_udf(crate::udf::key_hash());
+    crate::cluster::probe(scheduler, &ctx).await?;
+    Ok(ctx)
+}
+
+#[cfg(not(feature = "ballista"))]
+async fn cluster_session(
+    scheduler: &str,
+    _config: SessionConfig,
+    _runtime: Arc<RuntimeEnv>,
+) -> Result<SessionContext> {
+    Err(Error::argument(
+        "--engine",
+        format!(
+            "{BALLISTA_SCHEME}{scheduler}: this effect-recon was built without the cluster \
+             engine (cargo feature `ballista`, on by default)"
+        ),
+    ))
 }

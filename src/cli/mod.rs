@@ -2,6 +2,8 @@
 //! a validated plan of the library before any work starts.
 
 mod advise;
+#[cfg(feature = "ballista")]
+mod cluster;
 mod demo;
 mod explain;
 mod export;
@@ -64,6 +66,9 @@ enum Command {
     Advise(advise::AdviseArgs),
     /// The morning report of a run: one self-contained HTML page with counts, charts, tasks.
     Report(report::ReportArgs),
+    /// A node of a Ballista cluster for `run --engine ballista://…`: scheduler or executor.
+    #[cfg(feature = "ballista")]
+    Cluster(cluster::ClusterArgs),
 }
 
 /// How a successful command ended.
@@ -127,6 +132,8 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Simulate(args) => simulate::execute(args).await,
         Command::Advise(args) => advise::execute(args).await,
         Command::Report(args) => report::execute(args).await,
+        #[cfg(feature = "ballista")]
+        Command::Cluster(args) => cluster::execute(args).await,
     }
 }
 

@@ -155,6 +155,11 @@ pub(super) fn describe(event: &Event) -> String {
             "run: reconciled: {findings} findings, {skip_verdicts} skip verdicts, {resolved} resolved in {}",
             format_elapsed(*elapsed)
         ),
+        Event::RunEngine { engine } => format!("run: engine {engine} answers"),
+        Event::RunSingleNodeChecked { engine, elapsed } => format!(
+            "run: --check-single-node: the in-process run ({}) gives the same outputs as {engine}",
+            format_elapsed(*elapsed)
+        ),
         Event::RuleWarning(warning) => format!("warning: {warning}"),
         Event::SelfCheckFailed(reason) => format!("self-check failed: {reason}"),
         Event::RunWritten { folder, elapsed } => {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use effect_recon::config::RuleSet;
 use effect_recon::recon::lifecycle::PreviousChoice;
 use effect_recon::recon::{self, RunPlan};
+use effect_recon::session::Engine;
 use effect_recon::storage::Location;
 
 use super::progress::{self, Detail};
@@ -20,7 +21,8 @@ its PENDING skips are carried until final.\n\
 Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE (a self-check failed: \
 an empty table, a vanished receipts source, a table that shrank past --max-drop, a snapshot that does not \
 reach back far enough; 3 wins over 1).\n\
-Example:\n  effect-recon run --snapshot fixtures/tiny/snapshot --out /tmp/recon-tiny --fail-on-breaks"
+Example:\n  effect-recon run --snapshot fixtures/tiny/snapshot --out /tmp/recon-tiny --fail-on-breaks\n\
+On a Ballista cluster (effect-recon cluster --help):\n  effect-recon run --snapshot /shared/snap --out /shared/runs --engine ballista://127.0.0.1:50050 --check-single-node"
 )]
 pub(super) struct RunArgs {
     /// Snapshot folder: a directory, file:// or s3:// URL holding manifest.json.
@@ -71,6 +73,14 @@ pub(super) struct RunArgs {
     /// makes the run INCOMPLETE.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.5, value_parser = parse_fraction)]
     max_drop: f64,
+    /// Where the queries run: in-process, or a Ballista cluster as ballista://HOST:PORT
+    /// (its executors must reach --snapshot and --out: a shared path or S3; see docs/SCALE.md).
+    #[arg(long = "engine", value_name = "ENGINE", default_value = "in-process", value_parser = parse_engine)]
+    query_engine: Engine,
+    /// With a cluster --engine: also run in process and fail (exit 2, nothing published)
+    /// on any difference in the outputs.
+    #[arg(long)]
+    check_single_node: bool,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -94,6 +104,13 @@ impl RunArgs {
         plan.run_id = self.run_id.clone();
         plan.replace = self.replace;
         plan.session = self.engine.options();
+        if self.check_single_node && self.query_engine == Engine::InProcess {
+            anyhow::bail!(
+                "--check-single-node compares a cluster run with an in-process one: it needs --engine ballista://HOST:PORT"
+            );
+        }
+        plan.engine = self.query_engine.clone();
+        plan.check_single_node = self.check_single_node;
         plan.explain = self.explain;
         plan.previous = previous;
         plan.late_horizon = self.late_horizon;
@@ -101,6 +118,13 @@ impl RunArgs {
         plan.max_drop = self.max_drop;
         Ok(plan)
     }
+}
+
+fn parse_engine(text: &str) -> Result<Engine, String> {
+    Engine::parse(text).map_err(|e| match e {
+        effect_recon::Error::Argument { message, .. } => message,
+        other => other.to_string(),
+    })
 }
 
 /// Runs `effect-recon run`.

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::datasource::MemTable;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use serde::{Deserialize, Serialize};
 
@@ -169,7 +168,7 @@ impl PreviousRun {
             let frame = frame.select_columns(&columns).map_err(context)?;
             let batches = frame.collect().await.map_err(context)?;
             let batch = table.conform(&batches)?;
-            register_batch(ctx, name, batch)?;
+            crate::staging::register_batches(ctx, name, batch.schema(), vec![batch]).await?;
         }
         Ok(())
     }
@@ -232,9 +231,11 @@ fn same_type(found: &DataType, expected: &DataType) -> bool {
 }
 
 /// Registers empty `previous_*` tables: a run without a previous run.
-pub fn register_empty(ctx: &SessionContext) -> Result<()> {
+pub async fn register_empty(ctx: &SessionContext) -> Result<()> {
     for (name, table) in PREVIOUS_TABLES {
-        register_batch(ctx, name, RecordBatch::new_empty(table.schema()))?;
+        let schema = table.schema();
+        let empty = RecordBatch::new_empty(Arc::clone(&schema));
+        crate::staging::register_batches(ctx, name, schema, vec![empty]).await?;
     }
     Ok(())
 }
@@ -242,14 +243,6 @@ pub fn register_empty(ctx: &SessionContext) -> Result<()> {
 /// Whether the session already has the `previous_*` tables.
 pub fn is_registered(ctx: &SessionContext) -> bool {
     PREVIOUS_TABLES.iter().all(|(name, _)| ctx.table_exist(*name).unwrap_or(false))
-}
-
-fn register_batch(ctx: &SessionContext, name: &str, batch: RecordBatch) -> Result<()> {
-    let context = |e| Error::query(format!("registering {name}"), e);
-    let table = MemTable::try_new(batch.schema(), vec![vec![batch]]).map_err(context)?;
-    ctx.deregister_table(name).map_err(context)?;
-    ctx.register_table(name, Arc::new(table)).map_err(context)?;
-    Ok(())
 }
 
 /// The complete run under `out` with the greatest cut before `cut` (ties: the greatest

@@ -19,7 +19,6 @@ use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ScalarValue;
-use datafusion::datasource::MemTable;
 use datafusion::physical_plan::collect;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::metrics::MetricValue;
@@ -31,8 +30,9 @@ use crate::error::{Error, Result};
 use crate::events::{Event, Events};
 use crate::queries::{self, Param, Query};
 use crate::recon::publish::{RunIdentity, RunManifest, RunPublisher};
-use crate::session::{self, SessionOptions};
+use crate::session::{self, Engine, SessionOptions};
 use crate::snapshot::{Snapshot, SnapshotStats, UTC};
+use crate::staging::{self, Staging};
 use crate::storage::Location;
 pub use crate::time::Window;
 use crate::time::{format_compact, format_duration, format_instant, Micros, DAY_MICROS};
@@ -59,6 +59,10 @@ pub struct RunPlan {
     pub replace: bool,
     /// Engine settings.
     pub session: SessionOptions,
+    /// Where the queries run: in process, or on a cluster.
+    pub engine: Engine,
+    /// On a cluster, also run in process and fail on any difference in the outputs.
+    pub check_single_node: bool,
     /// Keep the executed physical plans with their metrics.
     pub explain: bool,
     /// The run this one follows (docs/SEMANTICS.md).
@@ -90,6 +94,8 @@ impl RunPlan {
             run_id: None,
             replace: false,
             session: SessionOptions::default(),
+            engine: Engine::InProcess,
+            check_single_node: false,
             explain: false,
             previous: PreviousChoice::Latest,
             late_horizon: DEFAULT_LATE_HORIZON,
@@ -182,7 +188,7 @@ pub async fn run(plan: &RunPlan, events: &Events) -> Result<RunReport> {
 }
 
 async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
-    let mut timings_ms = BTreeMap::new();
+    let timings_ms = BTreeMap::new();
     let started = Instant::now();
     let prepared = match Prepared::prepare(plan).await? {
         Preparation::Fresh(prepared) => *prepared,
@@ -195,9 +201,60 @@ async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
             return Ok(RunReport { summary, manifest: *manifest, folder, plans: vec![] });
         }
     };
-    let ctx = session::build(&plan.session)?;
-    let stats = prepared.register(&ctx).await?;
-    let verdict = prepared.self_check(&ctx, plan, &stats).await?;
+    let run_folder = prepared.publisher.folder().clone();
+    let ctx = session::connect(&plan.engine, &plan.session, || Staging::in_run_folder(&run_folder))
+        .await?;
+    if plan.engine != Engine::InProcess {
+        events.emit(Event::RunEngine { engine: plan.engine.describe() });
+    }
+    let computed = compute(plan, &prepared, &ctx, events, timings_ms, started).await;
+    // Staged tables serve the queries only: gone before anything is published.
+    if let Some(staging) = Staging::of(&ctx) {
+        staging.remove().await;
+    }
+    let (stats, verdict, outputs, timings_ms) = computed.map_err(|e| on_cluster(plan, e))?;
+    if plan.check_single_node {
+        check_single_node(plan, &prepared, &outputs, events).await?;
+    }
+
+    let write_started = Instant::now();
+    // The write stage cannot be timed inside the file it writes: summary.json has the
+    // stages before it, the returned summary all three.
+    let mut summary = prepared.summary(plan, &stats, &outputs, verdict, timings_ms)?;
+    let folder = prepared.publisher.folder().display("");
+    let manifest = prepared.publish(plan, &outputs, &summary).await?;
+    let elapsed = stage(&mut summary.timings_ms, "write", write_started);
+    events.emit(Event::RunWritten { folder: folder.clone(), elapsed });
+    Ok(RunReport { summary, manifest, folder, plans: outputs.plans })
+}
+
+/// A query that failed on a cluster is the cluster's error: said with its address and
+/// what every executor must reach.
+fn on_cluster(plan: &RunPlan, e: Error) -> Error {
+    match (&plan.engine, e) {
+        (Engine::Ballista { .. }, Error::Query { context, source }) => Error::Cluster {
+            scheduler: plan.engine.describe(),
+            message: format!(
+                "{context}: {source} (every executor must reach the snapshot {} and the output folder {})",
+                plan.snapshot.display(""),
+                plan.out.display("")
+            ),
+        },
+        (_, e) => e,
+    }
+}
+
+/// Validates the inputs and computes the outputs on `ctx`'s engine.
+async fn compute(
+    plan: &RunPlan,
+    prepared: &Prepared,
+    ctx: &SessionContext,
+    events: &Events,
+    mut timings_ms: BTreeMap<String, u64>,
+    started: Instant,
+) -> Result<(SnapshotStats, InputVerdict, Outputs, BTreeMap<String, u64>)> {
+    let stats = prepared.register(ctx).await?;
+    let verdict = prepared.self_check(ctx, plan, &stats).await?;
     let elapsed = stage(&mut timings_ms, "validate", started);
     events.emit(Event::RunValidated {
         snapshot: plan.snapshot.display(""),
@@ -217,7 +274,7 @@ async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
 
     let reconcile_started = Instant::now();
     let outputs =
-        reconcile(&ctx, &plan.rules, &prepared.bounds, plan.session.rows_per_pass, plan.explain)
+        reconcile(ctx, &plan.rules, &prepared.bounds, plan.session.rows_per_pass, plan.explain)
             .await?;
     let elapsed = stage(&mut timings_ms, "reconcile", reconcile_started);
     events.emit(Event::RunReconciled {
@@ -226,16 +283,42 @@ async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
         resolved: outputs.resolved.num_rows() as u64,
         elapsed,
     });
+    Ok((stats, verdict, outputs, timings_ms))
+}
 
-    let write_started = Instant::now();
-    // The write stage cannot be timed inside the file it writes: summary.json has the
-    // stages before it, the returned summary all three.
-    let mut summary = prepared.summary(plan, &stats, &outputs, verdict, timings_ms)?;
-    let folder = prepared.publisher.folder().display("");
-    let manifest = prepared.publish(plan, &outputs, &summary).await?;
-    let elapsed = stage(&mut summary.timings_ms, "write", write_started);
-    events.emit(Event::RunWritten { folder: folder.clone(), elapsed });
-    Ok(RunReport { summary, manifest, folder, plans: outputs.plans })
+/// `--check-single-node`: the same run in process; any difference from the cluster's
+/// outputs fails the run before anything is published.
+async fn check_single_node(
+    plan: &RunPlan,
+    prepared: &Prepared,
+    outputs: &Outputs,
+    events: &Events,
+) -> Result<()> {
+    let started = Instant::now();
+    let local = session::build(&plan.session)?;
+    prepared.register(&local).await?;
+    let expected =
+        reconcile(&local, &plan.rules, &prepared.bounds, plan.session.rows_per_pass, false).await?;
+    let pairs = [
+        (OutputTable::Discrepancies, &outputs.discrepancies, &expected.discrepancies),
+        (OutputTable::CompensationTasks, &outputs.compensation_tasks, &expected.compensation_tasks),
+        (OutputTable::SkipVerdicts, &outputs.skip_verdicts, &expected.skip_verdicts),
+        (OutputTable::Resolved, &outputs.resolved, &expected.resolved),
+    ];
+    for (table, cluster, in_process) in pairs {
+        if let Some(difference) = outputs::first_difference(cluster, in_process) {
+            return Err(Error::Mismatch(format!(
+                "--check-single-node: {} on {} differs from the in-process run: {difference}; nothing was published",
+                table.name(),
+                plan.engine.describe()
+            )));
+        }
+    }
+    events.emit(Event::RunSingleNodeChecked {
+        engine: plan.engine.describe(),
+        elapsed: started.elapsed(),
+    });
+    Ok(())
 }
 
 /// A run resolved before any work: its snapshot, the run it follows, its bounds and its
@@ -311,7 +394,7 @@ impl Prepared {
         let stats = self.snapshot.register(ctx).await?;
         match &self.previous {
             Some(previous) => previous.register(ctx).await?,
-            None => lifecycle::register_empty(ctx)?,
+            None => lifecycle::register_empty(ctx).await?,
         }
         Ok(stats)
     }
@@ -419,9 +502,16 @@ pub async fn reconcile(
     rows_per_pass: u64,
     explain: bool,
 ) -> Result<Outputs> {
-    rules_table::register(ctx, rules)?;
+    let rules_batch = rules_table::batch(rules)?;
+    staging::register_batches(
+        ctx,
+        rules_table::RULES_TABLE,
+        rules_batch.schema(),
+        vec![rules_batch],
+    )
+    .await?;
     if !lifecycle::is_registered(ctx) {
-        lifecycle::register_empty(ctx)?;
+        lifecycle::register_empty(ctx).await?;
     }
     let params = bounds.params();
     let mut plans = Vec::new();
@@ -460,11 +550,8 @@ async fn materialise_effects_in_play(
     let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
         Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
     })?;
-    register_batches(
-        ctx,
-        queries::EFFECTS_IN_PLAY.name,
-        (schema, in_play.into_iter().flat_map(|(_, b)| b).collect()),
-    )
+    let batches = in_play.into_iter().flat_map(|(_, b)| b).collect();
+    staging::register_batches(ctx, queries::EFFECTS_IN_PLAY.name, schema, batches).await
 }
 
 /// The output tables, from the materialised findings and re-judged open findings.
@@ -476,11 +563,13 @@ async fn outputs(
 ) -> Result<Outputs> {
     let discrepancies = OutputTable::Discrepancies
         .conform(&execute(ctx, queries::DISCREPANCIES, params, explain, &mut plans).await?.1)?;
-    register_batches(
+    staging::register_batches(
         ctx,
         OutputTable::Discrepancies.name(),
-        (discrepancies.schema(), vec![discrepancies.clone()]),
-    )?;
+        discrepancies.schema(),
+        vec![discrepancies.clone()],
+    )
+    .await?;
     let compensation_tasks = OutputTable::CompensationTasks.conform(
         &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut plans).await?.1,
     )?;
@@ -579,20 +668,8 @@ async fn materialise(
     explain: bool,
     plans: &mut Vec<(String, String)>,
 ) -> Result<()> {
-    let result = execute(ctx, query, params, explain, plans).await?;
-    register_batches(ctx, query.name, result)
-}
-
-fn register_batches(
-    ctx: &SessionContext,
-    name: &str,
-    (schema, batches): (SchemaRef, Vec<RecordBatch>),
-) -> Result<()> {
-    let context = |e| Error::query(format!("registering {name}"), e);
-    let table = MemTable::try_new(schema, vec![batches]).map_err(context)?;
-    ctx.deregister_table(name).map_err(context)?;
-    ctx.register_table(name, Arc::new(table)).map_err(context)?;
-    Ok(())
+    let (schema, batches) = execute(ctx, query, params, explain, plans).await?;
+    staging::register_batches(ctx, query.name, schema, batches).await
 }
 
 /// Records a stage's wall time in milliseconds and returns it.

@@ -148,3 +148,33 @@ impl OutputTable {
         concat_batches(&schema, &conformed).map_err(|e| fail(e.to_string()))
     }
 }
+
+/// Where two versions of one output table first differ, in words (`None`: identical):
+/// the row count, or the first row and column whose values differ.
+pub fn first_difference(found: &RecordBatch, expected: &RecordBatch) -> Option<String> {
+    if found == expected {
+        return None;
+    }
+    if found.num_rows() != expected.num_rows() {
+        return Some(format!("{} rows, expected {}", found.num_rows(), expected.num_rows()));
+    }
+    let schema = expected.schema();
+    for row in 0..expected.num_rows() {
+        for (i, field) in schema.fields().iter().enumerate() {
+            let (a, b) = (found.column(i).slice(row, 1), expected.column(i).slice(row, 1));
+            if &a != &b {
+                let show = |array: &dyn datafusion::arrow::array::Array| {
+                    datafusion::arrow::util::display::array_value_to_string(array, 0)
+                        .unwrap_or_else(|_| "?".into())
+                };
+                return Some(format!(
+                    "row {row}, column {}: {} where the in-process run has {}",
+                    field.name(),
+                    show(a.as_ref()),
+                    show(b.as_ref())
+                ));
+            }
+        }
+    }
+    Some("the schemas differ".into())
+}

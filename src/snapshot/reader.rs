@@ -16,11 +16,11 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::catalog::TableProvider;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::datasource::MemTable;
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
@@ -269,9 +269,16 @@ impl Snapshot {
             let config = ListingTableConfig::new_with_multi_paths(paths)
                 .with_listing_options(options)
                 .with_schema(Arc::clone(&scan_schema));
-            let provider = ListingTable::try_new(config).map_err(context)?;
-            let provider = OrderRangeTable::new(Arc::new(provider), row_groups.clone());
-            let frame = ctx.read_table(Arc::new(provider)).map_err(context)?;
+            let provider: Arc<dyn TableProvider> =
+                Arc::new(ListingTable::try_new(config).map_err(context)?);
+            // A cluster's scheduler plans the scans itself and knows no providers of ours:
+            // there the table stays a plain listing table (same rows, DataFusion's split).
+            let provider = if crate::staging::is_distributed(ctx) {
+                provider
+            } else {
+                Arc::new(OrderRangeTable::new(provider, row_groups.clone()))
+            };
+            let frame = ctx.read_table(provider).map_err(context)?;
             let columns: Vec<Expr> =
                 table.columns().iter().map(|spec| normalised(&scan_schema, spec)).collect();
             frames.push(frame.select(columns).map_err(context)?);
@@ -414,6 +421,45 @@ async fn first_null_row(
 /// on its own task, so the check uses every core instead of one shared set.
 async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<()> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
+    let repeated = if crate::staging::is_distributed(ctx) {
+        // On a cluster the executors group the hashes: only repeats travel to this process.
+        let batches =
+            crate::queries::collect(ctx, crate::queries::REPEATED_KEY_HASHES, &[]).await?;
+        batches
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec())
+            .collect()
+    } else {
+        repeated_key_hashes(ctx, ledger_rows).await?
+    };
+    if repeated.is_empty() {
+        return Ok(());
+    }
+    let repeated =
+        RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)])
+            .map_err(|e| context(e.into()))?;
+    crate::staging::register_batches(ctx, "repeated_key_hashes", repeated.schema(), vec![repeated])
+        .await?;
+    let batches = crate::queries::collect(ctx, crate::queries::DUPLICATE_MSG_IDS, &[]).await?;
+    ctx.deregister_table("repeated_key_hashes").map_err(context)?;
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
+    let ids = crate::queries::string_column(batch, "msg_id")?;
+    let counts = crate::queries::int64_column(batch, "copies")?;
+    Err(Error::Column {
+        file: "ledger".into(),
+        column: "msg_id".into(),
+        message: format!(
+            "duplicate msg_id '{}' ({} rows); msg_id must be unique",
+            ids.value(0),
+            counts.value(0)
+        ),
+    })
+}
+
+/// Every msg_id hash of the ledger, routed by each scan partition into shards by value
+/// and sorted shard by shard: the hashes that occur more than once, each once.
+async fn repeated_key_hashes(ctx: &SessionContext, ledger_rows: u64) -> Result<Vec<u64>> {
+    let context = |e| Error::query("checking that ledger msg_ids are unique", e);
     let streams = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[])
         .await?
         .execute_stream_partitioned()
@@ -456,29 +502,8 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     for task in sorting {
         repeated.extend(task.await.map_err(|e| Error::Internal(format!("msg_id check: {e}")))?);
     }
-    if repeated.is_empty() {
-        return Ok(());
-    }
     repeated.dedup();
-    let repeated =
-        RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)])
-            .map_err(|e| context(e.into()))?;
-    let table = MemTable::try_new(repeated.schema(), vec![vec![repeated]]).map_err(context)?;
-    ctx.register_table("repeated_key_hashes", Arc::new(table)).map_err(context)?;
-    let batches = crate::queries::collect(ctx, crate::queries::DUPLICATE_MSG_IDS, &[]).await?;
-    ctx.deregister_table("repeated_key_hashes").map_err(context)?;
-    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
-    let ids = crate::queries::string_column(batch, "msg_id")?;
-    let counts = crate::queries::int64_column(batch, "copies")?;
-    Err(Error::Column {
-        file: "ledger".into(),
-        column: "msg_id".into(),
-        message: format!(
-            "duplicate msg_id '{}' ({} rows); msg_id must be unique",
-            ids.value(0),
-            counts.value(0)
-        ),
-    })
+    Ok(repeated)
 }
 
 /// The shard of a hash: its high bits scaled onto `0..shards` (hashes are uniform).

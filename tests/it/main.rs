@@ -35,12 +35,18 @@
 //! * `simulate`     — consumer policies over one world: same world per seed, `skip` = `gen`
 //!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
 //! * `advise`       — `advise` recovers the consumer lag `gen` was given; its rules parse.
+//! * `cluster`      — `run --engine ballista://…` on a real scheduler and two executors
+//!   (child processes on loopback ports): byte-identical to in-process over the tiny
+//!   fixture, several seeds and a chain of nights; a silent cluster, a killed executor,
+//!   executors that cannot reach the snapshot.
 //! * `reliability`  — issue 13, docs/RELIABILITY.md: kill -9 anywhere, concurrent writers,
 //!   failing storage, mutated Parquet, hostile SQL, a canary password; prints its counts.
 
 mod advise;
 mod bad_input;
 mod cli;
+#[cfg(feature = "ballista")]
+mod cluster;
 mod common;
 mod databases;
 mod differential;

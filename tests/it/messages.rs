@@ -289,6 +289,8 @@ fn words(line: &str) -> Vec<String> {
 fn cannot_run(line: &str) -> Option<&'static str> {
     if line.contains("s3://") {
         Some("needs an S3 bucket")
+    } else if line.contains("ballista://") || line.starts_with("effect-recon cluster ") {
+        Some("needs a running cluster (tests/it/cluster.rs starts one)")
     } else if line.contains("--config") || line.contains("--ledger") || line.contains("PASSWORD=") {
         Some("needs reachable databases")
     } else if line.contains("/var/lib/") || line.contains(" ... ") {
@@ -418,6 +420,8 @@ fn every_readme_example_on_the_tiny_fixture_runs_as_printed() {
         let command = args[0].clone();
         let reason = if line.contains("s3://") || line.contains("--config") {
             Some("needs S3 or databases")
+        } else if line.contains("ballista://") || command == "cluster" {
+            Some("needs a running cluster (tests/it/cluster.rs starts one)")
         } else if line.contains("snap-11") {
             Some("placeholder snapshots of consecutive nights")
         } else if line.contains('$') || line.contains("verify --nights") || line.contains('<') {
