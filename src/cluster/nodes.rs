@@ -29,7 +29,7 @@ pub use ballista_core::BALLISTA_VERSION;
 
 /// How often an executor tells the scheduler it is alive: well inside the scheduler's
 /// `--executor-timeout`, so a killed executor is noticed within seconds.
-const HEARTBEAT_SECONDS: u64 = 5;
+const HEARTBEAT_SECONDS: u64 = 2;
 
 /// How a scheduler is started.
 #[derive(Debug, Clone)]

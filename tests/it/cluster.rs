@@ -66,7 +66,7 @@ impl Cluster {
         let scheduler_port = free_port();
         let scheduler = Command::new(bin())
             .args(["cluster", "scheduler", "--port", &scheduler_port.to_string()])
-            .args(["--executor-timeout", "5"])
+            .args(["--executor-timeout", "10"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
