@@ -162,7 +162,7 @@ pub fn first_difference(found: &RecordBatch, expected: &RecordBatch) -> Option<S
     for row in 0..expected.num_rows() {
         for (i, field) in schema.fields().iter().enumerate() {
             let (a, b) = (found.column(i).slice(row, 1), expected.column(i).slice(row, 1));
-            if &a != &b {
+            if a.as_ref() != b.as_ref() {
                 let show = |array: &dyn datafusion::arrow::array::Array| {
                     datafusion::arrow::util::display::array_value_to_string(array, 0)
                         .unwrap_or_else(|_| "?".into())
