@@ -235,7 +235,8 @@ fn on_cluster(plan: &RunPlan, e: Error) -> Error {
         (Engine::Ballista { .. }, Error::Query { context, source }) => Error::Cluster {
             scheduler: plan.engine.describe(),
             message: format!(
-                "{context}: {source} (every executor must reach the snapshot {} and the output folder {})",
+                "{context}: {} (every executor must reach the snapshot {} and the output folder {})",
+                source.to_string().trim_end(),
                 plan.snapshot.display(""),
                 plan.out.display("")
             ),

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::common::*;
 
 /// A writable copy of the tiny snapshot.
-fn copy_tiny() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn copy_tiny() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("snapshot");
     for (name, bytes) in tree_bytes(&repo("fixtures/tiny/snapshot")) {
@@ -49,7 +49,7 @@ async fn run_error_with(
 }
 
 /// Rewrites the ledger file with one batch and fixes the manifest's row count and hash.
-fn replace_ledger(snapshot: &Path, batch: &RecordBatch) {
+pub(crate) fn replace_ledger(snapshot: &Path, batch: &RecordBatch) {
     let path = snapshot.join("ledger/part-00000.parquet");
     let mut bytes = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut bytes, batch.schema(), None).unwrap();
@@ -64,7 +64,9 @@ fn replace_ledger(snapshot: &Path, batch: &RecordBatch) {
 }
 
 /// A one-row ledger batch; `change` may swap columns and fields.
-fn ledger_batch(change: impl FnOnce(&mut Vec<Field>, &mut Vec<ArrayRef>)) -> RecordBatch {
+pub(crate) fn ledger_batch(
+    change: impl FnOnce(&mut Vec<Field>, &mut Vec<ArrayRef>),
+) -> RecordBatch {
     let schema = effect_recon::snapshot::Table::Ledger.schema();
     let mut fields: Vec<Field> =
         schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();

@@ -256,6 +256,32 @@ fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
         run(snapshot, &b, &["--engine", &engine, "--check-single-node"]);
     }
     assert_same_runs(&a, &b, "three nights");
+
+    // The ledger key check runs on the executors too (only repeated hashes come back):
+    // a duplicate msg_id is the same error as in process, and nothing is published.
+    let (_copy, duplicated) = super::bad_input::copy_tiny();
+    super::bad_input::replace_ledger(
+        &duplicated,
+        &super::bad_input::ledger_batch(|_, columns| {
+            columns[0] = std::sync::Arc::new(
+                effect_recon::datafusion::arrow::array::StringArray::from(vec!["m-1", "m-1"]),
+            )
+        }),
+    );
+    let out = work.path().join("duplicated");
+    let output = effect_recon(&[
+        "run",
+        "--snapshot",
+        duplicated.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--engine",
+        &engine,
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(stderr.contains("duplicate msg_id 'm-1' (2 rows)"), "{stderr}");
+    assert!(manifests_under(&out).is_empty(), "a manifest was written");
 }
 
 #[test]
