@@ -17,6 +17,8 @@
 #   BENCH_PUSHED       1: the export's queries take the chunk's order_id range themselves
 #                      (four parameters, docs/JOB_CONFIG.md); default 0 (two, wrapped)
 #   BENCH_CHUNK_ROWS   export chunk_rows (default: the exporter's own)
+#   BENCH_BUFFER_POOL  bytes: innodb_buffer_pool_size for the run, restored at the end (as
+#                      compare.py --buffer-pool); default: leave the server's as it is
 set -euo pipefail
 
 target_dir=${CARGO_TARGET_DIR:-$HOME/.cache/effect-recon/target}
@@ -33,7 +35,17 @@ snapshot=${1:-}
 [[ -x $bin ]] || { echo "no binary at $bin (set EFFECT_RECON_BIN or cargo build --release)" >&2; exit 2; }
 client=(mariadb --host="$host" --port="$port" --user="$user")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pool_before=$("${client[@]}" -N -e "SELECT @@innodb_buffer_pool_size")
+restore() {
+  rm -rf "$work"
+  if [[ -n ${BENCH_BUFFER_POOL:-} ]]; then
+    "${client[@]}" -e "SET GLOBAL innodb_buffer_pool_size = $pool_before"
+  fi
+}
+trap restore EXIT
+if [[ -n ${BENCH_BUFFER_POOL:-} ]]; then
+  "${client[@]}" -e "SET GLOBAL innodb_buffer_pool_size = $BENCH_BUFFER_POOL"
+fi
 url="mysql://$user@$host:$port/$db"
 
 if [[ -n $snapshot ]]; then
@@ -94,7 +106,9 @@ client_secs=$(time_client " ORDER BY order_id")
 scan_secs=$(time_client "")
 
 rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
-echo "connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default}"
+pool=$("${client[@]}" -N -e "SELECT @@innodb_buffer_pool_size")
+data=$("${client[@]}" -N -e "SELECT SUM(data_length + index_length) FROM information_schema.tables WHERE table_schema = '$db'")
+echo "connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default} buffer_pool=$((pool >> 20))MiB data+indexes=$((data >> 20))MiB"
 printf '%-44s %12s %10s %14s\n' "reader" "rows" "seconds" "rows/s"
 printf '%-44s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
 printf '%-44s %12d %10.3f %14s\n' "mariadb --batch --quick, ORDER BY order_id" "$rows" "$client_secs" "$(rate "$rows" "$client_secs")"

@@ -174,7 +174,9 @@ impl Shared {
     fn planned(&self, chunks: Vec<Chunk>) {
         let mut q = lock(&self.queue);
         q.planning -= 1;
-        q.chunks.extend(chunks);
+        if !q.stopped {
+            q.chunks.extend(chunks);
+        }
         drop(q);
         self.changed.notify_waiters();
     }
@@ -234,9 +236,10 @@ async fn worker(w: usize, mut conn: Conn, shared: Arc<Shared>) -> (usize, Conn) 
 /// Plans a source, starts its writer, queues its other chunks and reads the first;
 /// `true` when something failed.
 async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool {
-    let index = job.index;
+    // The writer is Send, not Sync: it is held by value, never borrowed across an await.
+    let SourceJob { index, source, binds, writer } = job;
     let started = std::time::Instant::now();
-    let planned = plan(conn, &job, &shared.settings).await;
+    let planned = plan(conn, &source, binds, &shared.settings).await;
     let (chunk_job, ranges, count) = match planned {
         Ok(p) => p,
         Err(e) => {
@@ -256,10 +259,10 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
     }
     let writer = TableWrite {
         index,
-        label: job.source.label(),
-        writer: job.writer,
+        label: source.label(),
+        writer,
         receivers,
-        counted: (job.source.driver != Driver::MySql).then_some(count),
+        counted: (source.driver != Driver::MySql).then_some(count),
         batch_rows: shared.settings.batch_rows,
         started,
     };
@@ -275,8 +278,12 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
 
 type Plan = (Arc<ChunkJob>, Vec<(i64, i64)>, i64);
 
-async fn plan(conn: &mut Conn, job: &SourceJob, settings: &ExportSettings) -> Result<Plan, ExportError> {
-    let source = &job.source;
+async fn plan(
+    conn: &mut Conn,
+    source: &SourceConfig,
+    binds: Binds,
+    settings: &ExportSettings,
+) -> Result<Plan, ExportError> {
     let (raw, parameters) = conn.describe(&source.query).await.map_err(ExportError::Describe)?;
     let chunking = match parameters {
         Some(4) => Chunking::Pushed,
@@ -291,7 +298,7 @@ async fn plan(conn: &mut Conn, job: &SourceJob, settings: &ExportSettings) -> Re
     let columns = match_columns(source.table, &described)?;
     let everything = (chunking == Chunking::Pushed).then_some((i64::MIN, i64::MAX));
     let (count, keyed, min, max) =
-        conn.plan(&wrapped.plan, job.binds, everything).await.map_err(ExportError::Plan)?;
+        conn.plan(&wrapped.plan, binds, everything).await.map_err(ExportError::Plan)?;
     if count != keyed {
         return Err(ExportError::NullKeys(count - keyed));
     }
@@ -300,7 +307,7 @@ async fn plan(conn: &mut Conn, job: &SourceJob, settings: &ExportSettings) -> Re
         data_sql: wrapped.data,
         count_sql: wrapped.count,
         columns,
-        binds: job.binds,
+        binds,
         table: source.table,
         batch_rows: settings.batch_rows,
         verify: settings.verify_counts && ranges.len() > 1,

@@ -108,25 +108,10 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
             .collect();
         let outcomes = session.export_sources(jobs, settings, events).await;
         session.close().await;
-        let target = session.target;
-        let mut written = Vec::with_capacity(outcomes.len());
-        let mut failed = None;
-        for outcome in outcomes {
-            match outcome.result {
-                Ok(w) => written.push((outcome.index, w)),
-                // A source stopped by another's failure is not the cause.
-                Err(ExportError::Stopped) if failed.is_some() => {}
-                Err(e) => {
-                    if failed.as_ref().is_none_or(|(_, f)| matches!(f, ExportError::Stopped)) {
-                        failed = Some((outcome.index, e));
-                    }
-                }
-            }
-        }
-        if let Some((index, e)) = failed {
+        let written = first_failure(outcomes).map_err(|(index, e)| {
             let source = plan.job.sources.get(index).unwrap_or(group[0].1);
-            return Err(source_error(source, &target, e));
-        }
+            source_error(source, &session.target, e)
+        })?;
         for (index, w) in written {
             let source = &plan.job.sources[index];
             writer.add(source.table, w.files);
@@ -145,6 +130,27 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
         rows,
         elapsed: started.elapsed(),
     })
+}
+
+/// The sources' files in config order, or the failure to report: the first in config
+/// order that is a cause, not a source stopped because of another's failure.
+fn first_failure(
+    outcomes: Vec<SourceOutcome>,
+) -> Result<Vec<(usize, chunks::Written)>, (usize, ExportError)> {
+    let mut written = Vec::with_capacity(outcomes.len());
+    let mut failed: Option<(usize, ExportError)> = None;
+    for outcome in outcomes {
+        match outcome.result {
+            Ok(w) => written.push((outcome.index, w)),
+            Err(e) => {
+                let stopped = matches!(e, ExportError::Stopped);
+                if failed.as_ref().is_none_or(|(_, f)| matches!(f, ExportError::Stopped) && !stopped) {
+                    failed = Some((outcome.index, e));
+                }
+            }
+        }
+    }
+    failed.map_or(Ok(written), Err)
 }
 
 /// Receipts always live in `receipts/<name>/`; ledger and history files are prefixed with
