@@ -117,9 +117,15 @@ mod tests {
         let q = "SELECT * FROM t WHERE a > ? AND a <= ? AND k BETWEEN ? AND ? -- c";
         let pushed = wrap(Driver::MySql, q, Chunking::Pushed);
         assert_eq!(pushed.data, q);
-        assert_eq!(pushed.count, format!("SELECT CAST(COUNT(*) AS SIGNED) FROM (\n{q}\n) AS recon_src"));
+        assert_eq!(
+            pushed.count,
+            format!("SELECT CAST(COUNT(*) AS SIGNED) FROM (\n{q}\n) AS recon_src")
+        );
         let wrapped = wrap(Driver::Postgres, "SELECT 1", Chunking::Wrapped);
-        assert!(wrapped.data.ends_with("WHERE recon_src.order_id BETWEEN $3 AND $4"), "{wrapped:?}");
+        assert!(
+            wrapped.data.ends_with("WHERE recon_src.order_id BETWEEN $3 AND $4"),
+            "{wrapped:?}"
+        );
         assert!(!wrapped.data.contains("ORDER BY"), "chunks are sorted by the exporter");
         assert_eq!(pushed.plan, wrap(Driver::MySql, q, Chunking::Wrapped).plan);
     }

@@ -42,8 +42,8 @@ use crate::events::Events;
 use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table};
 use crate::storage::Location;
 use crate::time::Micros;
-pub use error::{ExportError, WriteError};
 use chunks::{SourceJob, SourceOutcome};
+pub use error::{ExportError, WriteError};
 use source::{Binds, ColumnRead, Conn, Decoder, ResultColumn, Target};
 
 /// A validated export request.
@@ -115,8 +115,12 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
         for (index, w) in written {
             let source = &plan.job.sources[index];
             writer.add(source.table, w.files);
-            let report =
-                SourceReport { label: source.label(), rows: w.rows, chunks: w.chunks, elapsed: w.elapsed };
+            let report = SourceReport {
+                label: source.label(),
+                rows: w.rows,
+                chunks: w.chunks,
+                elapsed: w.elapsed,
+            };
             reports.insert(index, report);
         }
     }
@@ -144,7 +148,10 @@ fn first_failure(
             Ok(w) => written.push((outcome.index, w)),
             Err(e) => {
                 let stopped = matches!(e, ExportError::Stopped);
-                if failed.as_ref().is_none_or(|(_, f)| matches!(f, ExportError::Stopped) && !stopped) {
+                if failed
+                    .as_ref()
+                    .is_none_or(|(_, f)| matches!(f, ExportError::Stopped) && !stopped)
+                {
                     failed = Some((outcome.index, e));
                 }
             }

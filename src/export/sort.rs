@@ -95,9 +95,11 @@ mod tests {
         let mut out = Vec::new();
         for b in batches {
             let c = b.column(i);
-            out.extend((0..b.num_rows()).map(|r| {
-                datafusion::arrow::util::display::array_value_to_string(c, r).unwrap()
-            }));
+            out.extend(
+                (0..b.num_rows()).map(|r| {
+                    datafusion::arrow::util::display::array_value_to_string(c, r).unwrap()
+                }),
+            );
         }
         out
     }
