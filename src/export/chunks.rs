@@ -136,7 +136,7 @@ struct Queue {
 
 enum Work {
     Chunk(Chunk),
-    Plan(SourceJob),
+    Plan(Box<SourceJob>),
     Wait,
     Done,
 }
@@ -155,7 +155,7 @@ impl Shared {
                     Work::Chunk(chunk)
                 } else if let Some(job) = q.sources.pop_front() {
                     q.planning += 1;
-                    Work::Plan(job)
+                    Work::Plan(Box::new(job))
                 } else if q.planning > 0 {
                     Work::Wait
                 } else {
@@ -223,7 +223,7 @@ async fn worker(w: usize, mut conn: Conn, shared: Arc<Shared>) -> (usize, Conn) 
     while let Some(work) = shared.next().await {
         let failed = match work {
             Work::Chunk(chunk) => read_chunk(&mut conn, &chunk).await,
-            Work::Plan(job) => plan_and_read(&mut conn, job, &shared).await,
+            Work::Plan(job) => plan_and_read(&mut conn, *job, &shared).await,
             Work::Wait | Work::Done => false,
         };
         if failed {
