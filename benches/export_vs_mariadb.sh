@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Export throughput from MariaDB/MySQL, side by side with the stock client reading the
-# same rows: `effect-recon export` (rows → Arrow → zstd Parquet) versus
-# `mariadb --batch --quick -e 'SELECT …' > /dev/null` (rows → tab-separated text, discarded).
+# same rows in the same order: `effect-recon export` (rows → Arrow → sorted by order_id →
+# zstd Parquet) versus `mariadb --batch --quick -e 'SELECT … ORDER BY order_id' > /dev/null`
+# (rows → tab-separated text, discarded). For the record it also times the client without
+# the ORDER BY (the server's bare scan, a floor no sorted reader reaches).
 #
 # Usage: benches/export_vs_mariadb.sh [SNAPSHOT_DIR]
 #   SNAPSHOT_DIR   optional snapshot to load first (into a fresh database) with `effect-recon load`
@@ -12,6 +14,11 @@
 #   BENCH_HOST/BENCH_PORT/BENCH_USER   server (default 127.0.0.1, 3306, root; no password)
 #   BENCH_CUT          cut (default: the snapshot's cut, else now)
 #   BENCH_CONNECTIONS  export connections (default 4)
+#   BENCH_PUSHED       1: the export's queries take the chunk's order_id range themselves
+#                      (four parameters, docs/JOB_CONFIG.md); default 0 (two, wrapped)
+#   BENCH_CHUNK_ROWS   export chunk_rows (default: the exporter's own)
+#   BENCH_BUFFER_POOL  bytes: innodb_buffer_pool_size for the run, restored at the end (as
+#                      compare.py --buffer-pool); default: leave the server's as it is
 set -euo pipefail
 
 target_dir=${CARGO_TARGET_DIR:-$HOME/.cache/effect-recon/target}
@@ -21,12 +28,24 @@ host=${BENCH_HOST:-127.0.0.1}
 port=${BENCH_PORT:-3306}
 user=${BENCH_USER:-root}
 connections=${BENCH_CONNECTIONS:-4}
+pushed=${BENCH_PUSHED:-0}
+chunk_rows=${BENCH_CHUNK_ROWS:-}
 snapshot=${1:-}
 
 [[ -x $bin ]] || { echo "no binary at $bin (set EFFECT_RECON_BIN or cargo build --release)" >&2; exit 2; }
 client=(mariadb --host="$host" --port="$port" --user="$user")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pool_before=$("${client[@]}" -N -e "SELECT @@innodb_buffer_pool_size")
+restore() {
+  rm -rf "$work"
+  if [[ -n ${BENCH_BUFFER_POOL:-} ]]; then
+    "${client[@]}" -e "SET GLOBAL innodb_buffer_pool_size = $pool_before"
+  fi
+}
+trap restore EXIT
+if [[ -n ${BENCH_BUFFER_POOL:-} ]]; then
+  "${client[@]}" -e "SET GLOBAL innodb_buffer_pool_size = $BENCH_BUFFER_POOL"
+fi
 url="mysql://$user@$host:$port/$db"
 
 if [[ -n $snapshot ]]; then
@@ -54,30 +73,44 @@ queries=(
   echo "lookback = \"30d\""
   echo "[export]"
   echo "connections = $connections"
+  if [[ -n $chunk_rows ]]; then echo "chunk_rows = $chunk_rows"; fi
   for q in "${queries[@]}"; do
     IFS='|' read -r table name sql <<<"$q"
+    if [[ $pushed == 1 ]]; then sql="$sql AND order_id BETWEEN ? AND ?"; fi
     printf '\n[[source]]\ntable = "%s"\nname = "%s"\nurl = "%s"\nquery = """\n%s\n"""\n' "$table" "$name" "$url" "$sql"
   done
 } >"$work/job.toml"
 
 now() { date +%s.%N; }
 
+
+time_client() { # $1: SQL suffix (ORDER BY or nothing); prints the seconds
+  local start sql
+  start=$(now)
+  for q in "${queries[@]}"; do
+    IFS='|' read -r _ _ sql <<<"$q"
+    sql=${sql/\?/\'$lower_sql\'}
+    sql=${sql/\?/\'$cut_sql\'}
+    "${client[@]}" --batch --quick "$db" -e "$sql$1" >/dev/null
+  done
+  echo "$(now) - $start" | bc -l
+}
+time_client "" >/dev/null # warm-up: every reader below finds the same cache
+
 start=$(now)
 "$bin" export --config "$work/job.toml" --out "$work/snapshot" --cut "$cut" --quiet >"$work/export.out"
 export_secs=$(echo "$(now) - $start" | bc -l)
 rows=$(sed -n 's/.*: \([0-9]*\) rows from.*/\1/p' "$work/export.out")
 
-start=$(now)
-for q in "${queries[@]}"; do
-  IFS='|' read -r _ _ sql <<<"$q"
-  sql=${sql/\?/\'$lower_sql\'}
-  sql=${sql/\?/\'$cut_sql\'}
-  "${client[@]}" --batch --quick "$db" -e "$sql" >/dev/null
-done
-client_secs=$(echo "$(now) - $start" | bc -l)
+client_secs=$(time_client " ORDER BY order_id")
+scan_secs=$(time_client "")
 
 rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
-printf '%-34s %12s %10s %14s\n' "reader" "rows" "seconds" "rows/s"
-printf '%-34s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
-printf '%-34s %12d %10.3f %14s\n' "mariadb --batch --quick > /dev/null" "$rows" "$client_secs" "$(rate "$rows" "$client_secs")"
+pool=$("${client[@]}" -N -e "SELECT @@innodb_buffer_pool_size")
+data=$("${client[@]}" -N -e "SELECT SUM(data_length + index_length) FROM information_schema.tables WHERE table_schema = '$db'")
+echo "connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default} buffer_pool=$((pool >> 20))MiB data+indexes=$((data >> 20))MiB"
+printf '%-44s %12s %10s %14s\n' "reader" "rows" "seconds" "rows/s"
+printf '%-44s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
+printf '%-44s %12d %10.3f %14s\n' "mariadb --batch --quick, ORDER BY order_id" "$rows" "$client_secs" "$(rate "$rows" "$client_secs")"
+printf '%-44s %12d %10.3f %14s\n' "(mariadb --batch --quick, unsorted)" "$rows" "$scan_secs" "$(rate "$rows" "$scan_secs")"
 printf "ratio export/client rows/s: %.2f\n" "$(echo "$client_secs / $export_secs" | bc -l)"

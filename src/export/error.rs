@@ -109,6 +109,12 @@ pub enum ExportError {
         /// Rows counted.
         counted: i64,
     },
+    /// The source query takes another number of parameters than 2 or 4.
+    #[error("the query takes {0} parameters; it takes 2 (the lower bound and the cut), or 4 with the chunk's order_id range as the last two")]
+    Parameters(usize),
+    /// The source was stopped because another one failed (that one is reported).
+    #[error("stopped: another source of the export failed")]
+    Stopped,
     /// Writing the source's Parquet files failed.
     #[error("{0}")]
     Write(#[source] Box<Error>),

@@ -9,15 +9,20 @@
 //!   between connections: each starts `WITH CONSISTENT SNAPSHOT` back to back before any
 //!   read, so they differ only by rows changed in those milliseconds; `connections = 1`
 //!   reads everything in one snapshot. SQLite always uses one connection.
-//! * Each source query is checked (columns by name, types) by preparing it, then planned on
-//!   the leader (`COUNT`, `MIN/MAX(order_id)`) and split into `order_id` key ranges of about
-//!   `chunk_rows` rows, read in parallel and written in key order, so every table is sorted
-//!   by `order_id`. Each chunk's streamed rows are checked against a `COUNT` of the same range
-//!   in the same transaction.
+//! * The connections read the database's sources at once ([`chunks`]): a free connection
+//!   takes the next source, checks its query (columns by name, types) by preparing it,
+//!   plans it (`COUNT`, `MIN/MAX(order_id)`), splits it into `order_id` key ranges of about
+//!   `chunk_rows` rows, reads the first and queues the others for any connection. Each
+//!   chunk's streamed rows are checked against a `COUNT` of the same range in the same
+//!   transaction, then sorted by `order_id` ([`sort`]) and written in key order on a task
+//!   of their own, so every table is sorted by `order_id` without a server-side ORDER BY.
+//! * A query taking four parameters has the chunk's range in its own WHERE (on the user's
+//!   indexed column) and runs unwrapped ([`dialect::Chunking`]).
 //! * Any failure stops the export before `manifest.json` is written: a snapshot without a
 //!   manifest is incomplete and no reader uses it. No error text carries a password.
 
 mod batch;
+mod chunks;
 pub mod db;
 mod dialect;
 mod error;
@@ -25,30 +30,21 @@ pub mod load;
 mod progress;
 pub mod publish;
 pub mod reopen;
+mod sort;
 mod source;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use datafusion::arrow::record_batch::RecordBatch;
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::events::Events;
-use crate::snapshot::{
-    ColumnKind, FileEntry, SnapshotManifest, SnapshotWriter, Table, TableWriter,
-};
+use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table};
 use crate::storage::Location;
 use crate::time::Micros;
+use chunks::{SourceJob, SourceOutcome};
 pub use error::{ExportError, WriteError};
-use progress::SourceProgress;
-use source::{Binds, ChunkRead, ColumnRead, Conn, Decoder, ReadError, ResultColumn, Target};
-
-/// Batches buffered per chunk between a reader and the Parquet writer.
-const CHANNEL_BATCHES: usize = 8;
+use source::{Binds, ColumnRead, Conn, Decoder, ResultColumn, Target};
 
 /// A validated export request.
 #[derive(Debug, Clone)]
@@ -99,23 +95,34 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
     let mut reports = BTreeMap::new();
     for group in group_by_database(&plan.job.sources) {
         let mut session = Session::open(&group, settings).await?;
-        for &(index, source) in &group {
-            let binds = Binds { lower, cut, offset_secs: source.utc_offset_secs };
-            let table_writer = writer
-                .table(source.table, file_stem(&plan.job, source))
-                .with_rows_per_file(settings.rows_per_file);
-            match session.export_source(source, table_writer, binds, settings, events).await {
-                Ok((files, report)) => {
-                    writer.add(source.table, files);
-                    reports.insert(index, report);
-                }
-                Err(e) => {
-                    session.close().await;
-                    return Err(e);
-                }
-            }
-        }
+        let jobs = group
+            .iter()
+            .map(|&(index, source)| SourceJob {
+                index,
+                source: source.clone(),
+                binds: Binds { lower, cut, offset_secs: source.utc_offset_secs },
+                writer: writer
+                    .table(source.table, file_stem(&plan.job, source))
+                    .with_rows_per_file(settings.rows_per_file),
+            })
+            .collect();
+        let outcomes = session.export_sources(jobs, settings, events).await;
         session.close().await;
+        let written = first_failure(outcomes).map_err(|(index, e)| {
+            let source = plan.job.sources.get(index).unwrap_or(group[0].1);
+            source_error(source, &session.target, e)
+        })?;
+        for (index, w) in written {
+            let source = &plan.job.sources[index];
+            writer.add(source.table, w.files);
+            let report = SourceReport {
+                label: source.label(),
+                rows: w.rows,
+                chunks: w.chunks,
+                elapsed: w.elapsed,
+            };
+            reports.insert(index, report);
+        }
     }
     let manifest = writer.finish().await?;
     let sources: Vec<SourceReport> = reports.into_values().collect();
@@ -127,6 +134,30 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
         rows,
         elapsed: started.elapsed(),
     })
+}
+
+/// The sources' files in config order, or the failure to report: the first in config
+/// order that is a cause, not a source stopped because of another's failure.
+fn first_failure(
+    outcomes: Vec<SourceOutcome>,
+) -> Result<Vec<(usize, chunks::Written)>, (usize, ExportError)> {
+    let mut written = Vec::with_capacity(outcomes.len());
+    let mut failed: Option<(usize, ExportError)> = None;
+    for outcome in outcomes {
+        match outcome.result {
+            Ok(w) => written.push((outcome.index, w)),
+            Err(e) => {
+                let stopped = matches!(e, ExportError::Stopped);
+                if failed
+                    .as_ref()
+                    .is_none_or(|(_, f)| matches!(f, ExportError::Stopped) && !stopped)
+                {
+                    failed = Some((outcome.index, e));
+                }
+            }
+        }
+    }
+    failed.map_or(Ok(written), Err)
 }
 
 /// Receipts always live in `receipts/<name>/`; ledger and history files are prefixed with
@@ -245,184 +276,18 @@ impl Session {
         }
     }
 
-    async fn export_source(
+    /// Exports the sources of this database over its connections; outcomes in config order.
+    async fn export_sources(
         &mut self,
-        source: &SourceConfig,
-        table_writer: TableWriter,
-        binds: Binds,
+        jobs: Vec<SourceJob>,
         settings: &ExportSettings,
         events: &Events,
-    ) -> Result<(Vec<FileEntry>, SourceReport)> {
-        let target = self.target.clone();
-        let fail = |e: ExportError| source_error(source, &target, e);
-        let wrapped = dialect::wrap(source.driver, &source.query);
-        let no_connection = || fail(ExportError::Internal("no open connection".into()));
-        let leader = self.conns.first_mut().ok_or_else(no_connection)?;
-        let described =
-            leader.columns(&wrapped.data).await.map_err(|e| fail(ExportError::Describe(e)))?;
-        let columns = match_columns(source.table, &described).map_err(fail)?;
-        let (count, keyed, min, max) =
-            leader.plan(&wrapped.plan, binds).await.map_err(|e| fail(ExportError::Plan(e)))?;
-        if count != keyed {
-            return Err(fail(ExportError::NullKeys(count - keyed)));
-        }
-        let chunks = split(min, max, count, settings.chunk_rows);
-        let job = Arc::new(ChunkJob {
-            data_sql: wrapped.data,
-            count_sql: wrapped.count,
-            columns,
-            binds,
-            table: source.table,
-            batch_rows: settings.batch_rows,
-            // One chunk is read on the leader, in the transaction that counted it.
-            expected_single: (chunks.len() == 1).then_some(count),
-            verify: settings.verify_counts && chunks.len() > 1,
-            chunks: chunks.len(),
-        });
-        let mut table_progress = SourceProgress::start(events, &source.label());
-        let (files, rows) = self
-            .read_chunks(job, &chunks, table_writer, &mut table_progress)
-            .await
-            .map_err(fail)?;
-        if rows != count as u64 && job_shares_snapshot(source.driver) {
-            return Err(fail(ExportError::SourceRows { written: rows, counted: count }));
-        }
-        let elapsed = table_progress.finish(chunks.len());
-        Ok((files, SourceReport { label: source.label(), rows, chunks: chunks.len(), elapsed }))
-    }
-
-    /// Reads the chunks over the session's connections and writes them in key order.
-    async fn read_chunks(
-        &mut self,
-        job: Arc<ChunkJob>,
-        chunks: &[(i64, i64)],
-        mut table_writer: TableWriter,
-        progress: &mut SourceProgress,
-    ) -> Result<(Vec<FileEntry>, u64), ExportError> {
-        let workers = chunks.len().min(self.conns.len());
-        let mut receivers = Vec::with_capacity(chunks.len());
-        let mut assigned: Vec<Vec<Assignment>> = (0..workers).map(|_| Vec::new()).collect();
-        for (i, &range) in chunks.iter().enumerate() {
-            let (tx, rx) = mpsc::channel(CHANNEL_BATCHES);
-            receivers.push(rx);
-            assigned[i % workers].push(Assignment { index: i, range, tx });
-        }
-        let mut set = JoinSet::new();
-        for (w, (conn, chunks)) in self.conns.drain(..workers).zip(assigned).enumerate() {
-            set.spawn(read_worker(w, conn, Arc::clone(&job), chunks));
-        }
-        let mut rows = 0u64;
-        for mut rx in receivers {
-            while let Some(message) = rx.recv().await {
-                let batch = message?;
-                table_writer.write(&batch).await.map_err(|e| ExportError::Write(Box::new(e)))?;
-                rows += batch.num_rows() as u64;
-                progress.add(batch.num_rows() as u64);
-                crate::faults::crash_point("export-batch");
-            }
-        }
-        let mut returned: Vec<Option<Conn>> = (0..workers).map(|_| None).collect();
-        while let Some(joined) = set.join_next().await {
-            let (w, conn, result) = joined
-                .map_err(|e| ExportError::Internal(format!("a chunk reader stopped: {e}")))?;
-            returned[w] = Some(conn);
-            result?;
-        }
-        let conns: Vec<Conn> = returned.into_iter().flatten().collect();
-        self.conns.splice(0..0, conns);
-        let files = table_writer.finish().await.map_err(|e| ExportError::Write(Box::new(e)))?;
-        Ok((files, rows))
-    }
-}
-
-/// Postgres and SQLite read every chunk in the leader's snapshot, so the total must match.
-fn job_shares_snapshot(driver: Driver) -> bool {
-    driver != Driver::MySql
-}
-
-/// What every chunk of one source shares.
-struct ChunkJob {
-    data_sql: String,
-    count_sql: String,
-    columns: Vec<ColumnRead>,
-    binds: Binds,
-    table: Table,
-    batch_rows: usize,
-    expected_single: Option<i64>,
-    verify: bool,
-    chunks: usize,
-}
-
-struct Assignment {
-    index: usize,
-    range: (i64, i64),
-    tx: mpsc::Sender<Result<RecordBatch, ExportError>>,
-}
-
-/// Reads its chunks in order; an error is sent on the failing chunk's channel (the writer
-/// reaches it in key order), or returned when the writer no longer listens.
-async fn read_worker(
-    w: usize,
-    mut conn: Conn,
-    job: Arc<ChunkJob>,
-    chunks: Vec<Assignment>,
-) -> (usize, Conn, Result<(), ExportError>) {
-    for chunk in chunks {
-        let result = read_one(&mut conn, &job, &chunk).await;
-        match result {
-            Ok(()) => {}
-            Err(None) => return (w, conn, Ok(())),
-            Err(Some(error)) => {
-                let unsent = chunk.tx.send(Err(error)).await.err().and_then(|e| e.0.err());
-                return (w, conn, unsent.map_or(Ok(()), Err));
-            }
-        }
-    }
-    (w, conn, Ok(()))
-}
-
-/// `Err(None)`: the writer stopped listening (it failed first and reports why).
-async fn read_one(
-    conn: &mut Conn,
-    job: &ChunkJob,
-    chunk: &Assignment,
-) -> Result<(), Option<ExportError>> {
-    let (lo, hi) = chunk.range;
-    let what = format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks);
-    let expected = if job.verify {
-        let n = conn
-            .count(&job.count_sql, job.binds, lo, hi)
-            .await
-            .map_err(|source| Some(ExportError::CountChunk { chunk: what.clone(), source }))?;
-        Some(n)
-    } else {
-        job.expected_single
-    };
-    let read = ChunkRead {
-        sql: &job.data_sql,
-        columns: &job.columns,
-        binds: job.binds,
-        table: job.table,
-        batch_rows: job.batch_rows,
-    };
-    let rows = match conn.read(&read, lo, hi, &chunk.tx).await {
-        Ok(rows) => rows,
-        Err(ReadError::Closed) => return Err(None),
-        Err(ReadError::Value(message)) => {
-            return Err(Some(ExportError::Value { chunk: what, message }))
-        }
-        Err(ReadError::Internal(message)) => {
-            return Err(Some(ExportError::Internal(format!("{what}, {message}"))))
-        }
-        Err(ReadError::Database(source)) => {
-            return Err(Some(ExportError::ReadChunk { chunk: what, source }))
-        }
-    };
-    match expected {
-        Some(n) if n != rows as i64 => {
-            Err(Some(ExportError::ChunkRows { chunk: what, streamed: rows, counted: n }))
-        }
-        _ => Ok(()),
+    ) -> Vec<SourceOutcome> {
+        let conns = std::mem::take(&mut self.conns);
+        let (conns, mut outcomes) = chunks::read_sources(conns, jobs, settings, events).await;
+        self.conns = conns;
+        outcomes.sort_by_key(|o| o.index);
+        outcomes
     }
 }
 

@@ -30,7 +30,7 @@ use sqlx::Connection;
 use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
 const MINUTE: Micros = 60_000_000;
 
-fn cut() -> Micros {
+pub(super) fn cut() -> Micros {
     parse_instant("2026-11-29T16:00:00Z").unwrap()
 }
 
@@ -82,7 +82,7 @@ struct Rows {
 /// `orders` orders over the two days before the cut (some after it), with the incident
 /// (PAID skipped after SHIPPED), missing and duplicate receipts, orphans, voids, reviews,
 /// NULLs in every nullable column and microsecond timestamps.
-fn day(orders: i64) -> Vec<LoadTable> {
+pub(super) fn day(orders: i64) -> Vec<LoadTable> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut rows = Rows::default();
     let start = cut() - 2 * 24 * 60 * MINUTE;
@@ -256,7 +256,7 @@ fn tables(rows: Rows) -> Vec<LoadTable> {
     out
 }
 
-async fn write_snapshot(dir: &Path, tables: &[LoadTable]) -> Location {
+pub(super) async fn write_snapshot(dir: &Path, tables: &[LoadTable]) -> Location {
     let location = Location::parse(dir.to_str().unwrap()).unwrap();
     let mut writer = SnapshotWriter::create(&location, cut(), "test").await.unwrap();
     for t in tables {
@@ -271,7 +271,7 @@ async fn write_snapshot(dir: &Path, tables: &[LoadTable]) -> Location {
     location
 }
 
-async fn outputs(snapshot: &Location) -> Outputs {
+pub(super) async fn outputs(snapshot: &Location) -> Outputs {
     let ctx = session::build(&SessionOptions::default()).unwrap();
     let opened = Snapshot::open(snapshot).await.unwrap();
     opened.register(&ctx).await.unwrap();
@@ -311,7 +311,7 @@ fn queries(marker: (&str, &str)) -> [(&'static str, &'static str, String); 5] {
 }
 
 /// A job whose five sources all read the database at `url`; `edit` may replace a query.
-fn job_text(
+pub(super) fn job_text(
     url: &str,
     timezone: &str,
     export: &str,
@@ -330,7 +330,7 @@ fn job_text(
     text
 }
 
-async fn run_export(job: &str, out: &Path) -> Result<ExportReport, Error> {
+pub(super) async fn run_export(job: &str, out: &Path) -> Result<ExportReport, Error> {
     let job = JobConfig::parse(job, Path::new("job.toml"), Path::new("/"))?;
     let plan = ExportPlan { job, out: Location::parse(out.to_str().unwrap())?, cut: cut() };
     export::export(&plan, &Events::none()).await
@@ -377,7 +377,7 @@ async fn round_trip(url: &str, timezone_offset: i32, timezone: &str, export_sett
     assert_sorted_by_order_id(&out).await;
 }
 
-async fn assert_sorted_by_order_id(snapshot: &Path) {
+pub(super) async fn assert_sorted_by_order_id(snapshot: &Path) {
     let location = Location::parse(snapshot.to_str().unwrap()).unwrap();
     for t in load::read_snapshot(&location).await.unwrap() {
         let ids: Vec<i64> = t
@@ -396,7 +396,7 @@ async fn assert_sorted_by_order_id(snapshot: &Path) {
     }
 }
 
-fn assert_source_error(
+pub(super) fn assert_source_error(
     result: Result<ExportReport, Error>,
     source: &str,
     needles: &[&str],
@@ -416,7 +416,7 @@ fn assert_source_error(
 }
 
 /// A SQLite database with the day loaded.
-async fn sqlite_day(dir: &Path, offset: i32) -> String {
+pub(super) async fn sqlite_day(dir: &Path, offset: i32) -> String {
     let url = format!("sqlite://{}", dir.join("source.db").display());
     load::load_tables(
         &url,
@@ -689,7 +689,7 @@ async fn mysql_connection_killed_mid_stream_fails_without_manifest() {
     for _ in 0..200 {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         let ids: Vec<(i64,)> = sqlx::query_as(
-            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(0.01)%ORDER BY%' AND INFO NOT LIKE '%PROCESSLIST%' AND TIME >= 1",
+            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%SLEEP(0.01)%recon_src.order_id BETWEEN%' AND INFO NOT LIKE '%PROCESSLIST%' AND TIME >= 1",
         )
         .fetch_all(&mut admin)
         .await

@@ -51,6 +51,7 @@ mod common;
 mod databases;
 mod differential;
 mod export;
+mod export_speed;
 mod fixture;
 mod gen;
 mod lifecycle;

@@ -94,27 +94,42 @@ impl Conn {
 
     /// The result columns (name, type name, decoder per kind) of a statement, by preparing it.
     pub async fn columns(&mut self, sql: &str) -> Result<Vec<ResultColumn>, sqlx::Error> {
+        Ok(self.describe(sql).await?.0)
+    }
+
+    /// The result columns and the number of parameters of a statement, by preparing it.
+    pub async fn describe(
+        &mut self,
+        sql: &str,
+    ) -> Result<(Vec<ResultColumn>, Option<usize>), sqlx::Error> {
         crate::on_conn!(self, c, DB => {
             let statement = c.prepare(sql).await?;
             let columns = statement.columns().iter();
-            Ok(columns.map(|col| DB::describe(col.name(), col.type_info())).collect())
+            let columns = columns.map(|col| DB::describe(col.name(), col.type_info())).collect();
+            let parameters = statement.parameters().map(|p| p.either(|types| types.len(), |n| n));
+            Ok((columns, parameters))
         })
     }
 
-    /// Runs the plan query: `(count, non-null order_ids, min, max)`.
+    /// Runs the plan query: `(count, non-null order_ids, min, max)`. `range`: the query
+    /// takes the chunk's `order_id` range itself (parameters 3 and 4).
     pub async fn plan(
         &mut self,
         sql: &str,
         binds: Binds,
+        range: Option<(i64, i64)>,
     ) -> Result<(i64, i64, Option<i64>, Option<i64>), sqlx::Error> {
         type Plan = (i64, i64, Option<i64>, Option<i64>);
         let Binds { lower, cut, offset_secs: offset } = binds;
         crate::on_conn!(self, c, DB => {
-            sqlx::query_as::<_, Plan>(sql)
+            let query = sqlx::query_as::<_, Plan>(sql)
                 .bind(DB::bound(lower, offset))
-                .bind(DB::bound(cut, offset))
-                .fetch_one(c)
-                .await
+                .bind(DB::bound(cut, offset));
+            let query = match range {
+                Some((lo, hi)) => query.bind(lo).bind(hi),
+                None => query,
+            };
+            query.fetch_one(c).await
         })
     }
 
@@ -138,14 +153,15 @@ impl Conn {
         })
     }
 
-    /// Streams the rows of one range into batches of `batch_rows`, sent on `tx`; returns the
-    /// number of rows. `Err` is a scrubbed-later message (database error or bad value).
+    /// Streams the rows of one range into batches of `batch_rows`, sent on `tx` in the
+    /// order the database returns them; returns the number of rows. `Err` is a
+    /// scrubbed-later message (database error or bad value).
     pub async fn read(
         &mut self,
         read: &ChunkRead<'_>,
         lo: i64,
         hi: i64,
-        tx: &mpsc::Sender<Result<RecordBatch, ExportError>>,
+        tx: &mpsc::Sender<Result<Piece, ExportError>>,
     ) -> Result<u64, ReadError> {
         let Binds { lower, cut, offset_secs: offset } = read.binds;
         let mut sink = Sink {
@@ -168,6 +184,15 @@ impl Conn {
         sink.flush().await?;
         Ok(sink.rows)
     }
+}
+
+/// What a chunk read sends to the table's writer: its batches, unsorted, then its end.
+#[derive(Debug)]
+pub enum Piece {
+    /// Rows in the order the database returned them.
+    Batch(RecordBatch),
+    /// The chunk is complete (its rows counted and checked): this many rows.
+    End(u64),
 }
 
 /// What a chunk read needs besides its range.
@@ -200,7 +225,7 @@ pub enum ReadError {
 struct Sink<'a> {
     builder: BatchBuilder,
     batch_rows: usize,
-    tx: &'a mpsc::Sender<Result<RecordBatch, ExportError>>,
+    tx: &'a mpsc::Sender<Result<Piece, ExportError>>,
     rows: u64,
 }
 
@@ -230,6 +255,6 @@ impl Sink<'_> {
             ValueError::Invalid(m) => ReadError::Value(m),
             ValueError::Internal(m) => ReadError::Internal(m),
         })?;
-        self.tx.send(Ok(batch)).await.map_err(|_| ReadError::Closed)
+        self.tx.send(Ok(Piece::Batch(batch))).await.map_err(|_| ReadError::Closed)
     }
 }
