@@ -97,14 +97,15 @@ impl Staging {
     /// of the run folder, and no manifest ever lists it), and on a local disk the empty
     /// folders too.
     pub async fn remove(&self) {
-        let _ = self.folder.delete_all().await;
-        if let Some(dir) = self.folder.local_dir() {
-            let _ = std::fs::remove_dir_all(&dir);
-            // `_staging/`, then the run folder itself when nothing else was written there.
-            for parent in dir.ancestors().skip(1).take(2) {
-                if std::fs::remove_dir(parent).is_err() {
-                    break;
-                }
+        let Some(dir) = self.folder.local_dir() else {
+            let _ = self.folder.delete_all().await;
+            return;
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        // `_staging/`, then the run folder itself when nothing else was written there.
+        for parent in dir.ancestors().skip(1).take(2) {
+            if std::fs::remove_dir(parent).is_err() {
+                break;
             }
         }
     }

@@ -195,6 +195,23 @@ fn manifests_under(out: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// `run` of `snapshot` into `out` on `engine`, expected to fail: its stderr; asserts exit 2
+/// and that no manifest was written.
+fn failed_run(snapshot: &Path, out: &Path, engine: &str) -> String {
+    let output = effect_recon(&[
+        "run",
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--engine",
+        engine,
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(manifests_under(out).is_empty(), "a manifest was written");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
     let cluster = Cluster::start(2);
@@ -268,20 +285,8 @@ fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
             )
         }),
     );
-    let out = work.path().join("duplicated");
-    let output = effect_recon(&[
-        "run",
-        "--snapshot",
-        duplicated.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--engine",
-        &engine,
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stderr = failed_run(&duplicated, &work.path().join("duplicated"), &engine);
     assert!(stderr.contains("duplicate msg_id 'm-1' (2 rows)"), "{stderr}");
-    assert!(manifests_under(&out).is_empty(), "a manifest was written");
 }
 
 #[test]
@@ -290,19 +295,8 @@ fn a_cluster_that_does_not_answer_is_an_error_before_any_output() {
     let out = work.path().join("out");
     let port = free_port();
     let engine = format!("ballista://127.0.0.1:{port}");
-    let output = effect_recon(&[
-        "run",
-        "--snapshot",
-        repo("fixtures/tiny/snapshot").to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--engine",
-        &engine,
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stderr = failed_run(&repo("fixtures/tiny/snapshot"), &out, &engine);
     assert!(stderr.contains(&format!("cluster {engine}: does not answer")), "{stderr}");
-    assert!(!out.exists() || manifests_under(&out).is_empty(), "a manifest was written");
     assert!(!out.join("run=20261129T160000Z").exists(), "a run folder was left behind");
 
     // Bad engine URLs are refused by name.
@@ -404,19 +398,8 @@ fn a_snapshot_the_executors_cannot_reach_is_an_error_naming_it() {
         ]
     });
     let out = work.path().join("out");
-    let output = effect_recon(&[
-        "run",
-        "--snapshot",
-        &hidden,
-        "--out",
-        out.to_str().unwrap(),
-        "--engine",
-        &cluster.engine(),
-    ]);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stderr = failed_run(&snapshot, &out, &cluster.engine());
     assert!(stderr.contains(&format!("cluster {}", cluster.engine())), "{stderr}");
     assert!(stderr.contains(&hidden), "the error does not name the snapshot: {stderr}");
-    assert!(manifests_under(&out).is_empty(), "a manifest was written");
     assert!(!out.join("run=20261129T160000Z").exists(), "a run folder was left behind");
 }
