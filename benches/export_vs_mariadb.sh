@@ -17,6 +17,8 @@
 #   BENCH_PUSHED       1: the export's queries take the chunk's order_id range themselves
 #                      (four parameters, docs/JOB_CONFIG.md); default 0 (two, wrapped)
 #   BENCH_CHUNK_ROWS   export chunk_rows (default: the exporter's own)
+#   BENCH_REPEAT       rounds of (export, sorted client, unsorted client); each reader's
+#                      median is reported, with every sample (default 3: a shared VM is noisy)
 #   BENCH_BUFFER_POOL  bytes: innodb_buffer_pool_size for the run, restored at the end (as
 #                      compare.py --buffer-pool); default: leave the server's as it is
 set -euo pipefail
@@ -30,6 +32,7 @@ user=${BENCH_USER:-root}
 connections=${BENCH_CONNECTIONS:-4}
 pushed=${BENCH_PUSHED:-0}
 chunk_rows=${BENCH_CHUNK_ROWS:-}
+repeat=${BENCH_REPEAT:-3}
 snapshot=${1:-}
 
 [[ -x $bin ]] || { echo "no binary at $bin (set EFFECT_RECON_BIN or cargo build --release)" >&2; exit 2; }
@@ -97,19 +100,27 @@ time_client() { # $1: SQL suffix (ORDER BY or nothing); prints the seconds
 }
 time_client "" >/dev/null # warm-up: every reader below finds the same cache
 
-start=$(now)
-"$bin" export --config "$work/job.toml" --out "$work/snapshot" --cut "$cut" --quiet >"$work/export.out"
-export_secs=$(echo "$(now) - $start" | bc -l)
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+export_samples=() client_samples=() scan_samples=()
+for round in $(seq 1 "$repeat"); do
+  rm -rf "$work/snapshot"
+  start=$(now)
+  "$bin" export --config "$work/job.toml" --out "$work/snapshot" --cut "$cut" --quiet >"$work/export.out"
+  export_samples+=("$(echo "$(now) - $start" | bc -l)")
+  client_samples+=("$(time_client " ORDER BY order_id")")
+  scan_samples+=("$(time_client "")")
+  echo "round $round/$repeat: export ${export_samples[-1]} s, sorted client ${client_samples[-1]} s, unsorted ${scan_samples[-1]} s" >&2
+done
+export_secs=$(median "${export_samples[@]}")
+client_secs=$(median "${client_samples[@]}")
+scan_secs=$(median "${scan_samples[@]}")
 rows=$(sed -n 's/.*: \([0-9]*\) rows from.*/\1/p' "$work/export.out")
-
-client_secs=$(time_client " ORDER BY order_id")
-scan_secs=$(time_client "")
 
 rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
 pool=$("${client[@]}" -N -e "SELECT @@innodb_buffer_pool_size")
 data=$("${client[@]}" -N -e "SELECT SUM(data_length + index_length) FROM information_schema.tables WHERE table_schema = '$db'")
 echo "connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default} buffer_pool=$((pool >> 20))MiB data+indexes=$((data >> 20))MiB"
-printf '%-44s %12s %10s %14s\n' "reader" "rows" "seconds" "rows/s"
+printf '%-44s %12s %10s %14s\n' "reader (median of $repeat)" "rows" "seconds" "rows/s"
 printf '%-44s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
 printf '%-44s %12d %10.3f %14s\n' "mariadb --batch --quick, ORDER BY order_id" "$rows" "$client_secs" "$(rate "$rows" "$client_secs")"
 printf '%-44s %12d %10.3f %14s\n' "(mariadb --batch --quick, unsorted)" "$rows" "$scan_secs" "$(rate "$rows" "$scan_secs")"

@@ -16,6 +16,8 @@
 #   BENCH_PUSHED       1: the export's queries take the chunk's order_id range themselves
 #                      (four parameters, docs/JOB_CONFIG.md); default 0 (two, wrapped)
 #   BENCH_CHUNK_ROWS   export chunk_rows (default: the exporter's own)
+#   BENCH_REPEAT       rounds of (export, sorted client, unsorted client); each reader's
+#                      median is reported, with every sample (default 3: a shared VM is noisy)
 set -euo pipefail
 
 target_dir=${CARGO_TARGET_DIR:-$HOME/.cache/effect-recon/target}
@@ -27,6 +29,7 @@ user=${BENCH_USER:-postgres}
 connections=${BENCH_CONNECTIONS:-4}
 pushed=${BENCH_PUSHED:-0}
 chunk_rows=${BENCH_CHUNK_ROWS:-}
+repeat=${BENCH_REPEAT:-3}
 snapshot=${1:-}
 
 [[ -x $bin ]] || { echo "no binary at $bin (set EFFECT_RECON_BIN or cargo build --release)" >&2; exit 2; }
@@ -84,17 +87,25 @@ time_copy() { # $1: SQL suffix (ORDER BY or nothing); prints the seconds
 }
 time_copy "" >/dev/null # warm-up: every reader below finds the same cache
 
-start=$(now)
-"$bin" export --config "$work/job.toml" --out "$work/snapshot" --cut "$cut" --quiet >"$work/export.out"
-export_secs=$(echo "$(now) - $start" | bc -l)
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+export_samples=() copy_samples=() scan_samples=()
+for round in $(seq 1 "$repeat"); do
+  rm -rf "$work/snapshot"
+  start=$(now)
+  "$bin" export --config "$work/job.toml" --out "$work/snapshot" --cut "$cut" --quiet >"$work/export.out"
+  export_samples+=("$(echo "$(now) - $start" | bc -l)")
+  copy_samples+=("$(time_copy " ORDER BY order_id")")
+  scan_samples+=("$(time_copy "")")
+  echo "round $round/$repeat: export ${export_samples[-1]} s, sorted client ${copy_samples[-1]} s, unsorted ${scan_samples[-1]} s" >&2
+done
+export_secs=$(median "${export_samples[@]}")
+copy_secs=$(median "${copy_samples[@]}")
+scan_secs=$(median "${scan_samples[@]}")
 rows=$(sed -n 's/.*: \([0-9]*\) rows from.*/\1/p' "$work/export.out")
-
-copy_secs=$(time_copy " ORDER BY order_id")
-scan_secs=$(time_copy "")
 
 rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
 echo "connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default}"
-printf '%-44s %12s %10s %14s\n' "reader" "rows" "seconds" "rows/s"
+printf '%-44s %12s %10s %14s\n' "reader (median of $repeat)" "rows" "seconds" "rows/s"
 printf '%-44s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
 printf '%-44s %12d %10.3f %14s\n' "psql COPY (... ORDER BY order_id) TO STDOUT" "$rows" "$copy_secs" "$(rate "$rows" "$copy_secs")"
 printf '%-44s %12d %10.3f %14s\n' "(psql COPY (...) TO STDOUT, unsorted)" "$rows" "$scan_secs" "$(rate "$rows" "$scan_secs")"

@@ -3,14 +3,25 @@
 //! and SHA-256 for a manifest.
 //!
 //! Parts are built in memory up to `rows_per_file` rows and written with one put each:
-//! an object appears whole or not at all.
+//! an object appears whole or not at all. Rows come in batches (buffered into row groups
+//! by the Arrow writer) or, for rows already all in memory, as whole row groups encoded
+//! on several threads at once ([`PartWriter::write_row_groups`]).
+
+use std::ops::Range;
 
 use bytes::Bytes;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowRowGroupWriterFactory,
+};
 use datafusion::parquet::arrow::ArrowWriter;
+use datafusion::parquet::errors::ParquetError;
+use datafusion::parquet::file::writer::SerializedFileWriter;
 use datafusion::parquet::basic::{Compression, ZstdLevel};
 use datafusion::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use datafusion::parquet::schema::types::ColumnPath;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -42,7 +53,7 @@ pub struct PartWriter {
     schema: SchemaRef,
     rows_per_file: usize,
     row_group_rows: usize,
-    current: Option<ArrowWriter<Vec<u8>>>,
+    current: Option<Part>,
     current_rows: usize,
     files: Vec<FileEntry>,
 }
@@ -96,19 +107,82 @@ impl PartWriter {
             }
             let take = (self.rows_per_file - self.current_rows).min(batch.num_rows() - offset);
             let slice = batch.slice(offset, take);
-            let writer = match self.current.as_mut() {
-                Some(writer) => writer,
-                None => self.current.insert(new_writer(
-                    &self.schema,
-                    self.row_group_rows,
-                    &self.location.display(&self.folder),
-                )?),
+            let writer = match self.part()? {
+                Part::Buffered(writer) => writer,
+                Part::RowGroups(..) => {
+                    return Err(self.error("batches appended after whole row groups"));
+                }
             };
             writer.write(&slice).map_err(|e| self.error(e))?;
             self.current_rows += take;
             offset += take;
         }
         Ok(())
+    }
+
+    /// Appends `rows` rows as whole row groups (at most the row-group size each, never
+    /// across a part), encoding up to `threads` of them at once, each on its own thread.
+    /// `rows_of(range)` gives the rows of a range of `0..rows` as batches, in order; it is
+    /// called from those threads. The files are those of [`PartWriter::write`] given the
+    /// same rows, except that row groups end where this call ends. `appended` is told after
+    /// each row group.
+    pub async fn write_row_groups(
+        &mut self,
+        rows: usize,
+        threads: usize,
+        rows_of: &(dyn Fn(Range<usize>) -> Result<Vec<RecordBatch>, ArrowError> + Sync),
+        appended: &mut dyn FnMut(usize),
+    ) -> Result<()> {
+        let mut offset = 0;
+        while offset < rows {
+            if self.current_rows >= self.rows_per_file {
+                self.flush_part().await?;
+            }
+            let take = (self.rows_per_file - self.current_rows).min(rows - offset);
+            let groups = row_groups(offset..offset + take, self.row_group_rows);
+            for wave in groups.chunks(threads.max(1)) {
+                let encoded = self.encode_wave(wave, rows_of)?;
+                for (group, chunks) in wave.iter().zip(encoded) {
+                    let (file, _) = self.row_group_writers()?;
+                    let result = append_row_group(file, chunks);
+                    result.map_err(|e| self.error(e))?;
+                    self.current_rows += group.len();
+                    appended(group.len());
+                }
+            }
+            offset += take;
+        }
+        Ok(())
+    }
+
+    /// Encodes each row group of `wave` on a thread of its own.
+    fn encode_wave(
+        &mut self,
+        wave: &[Range<usize>],
+        rows_of: &(dyn Fn(Range<usize>) -> Result<Vec<RecordBatch>, ArrowError> + Sync),
+    ) -> Result<Vec<Vec<ArrowColumnChunk>>> {
+        let schema = SchemaRef::clone(&self.schema);
+        let (_, factory) = self.row_group_writers()?;
+        let factory: &ArrowRowGroupWriterFactory = factory;
+        let results: Vec<Result<Vec<ArrowColumnChunk>, ParquetError>> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = wave
+                    .iter()
+                    .map(|group| {
+                        let schema = &schema;
+                        scope.spawn(move || encode_row_group(factory, schema, rows_of(group.clone())?))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(ParquetError::General("a row-group encoder panicked".into()))
+                        })
+                    })
+                    .collect()
+            });
+        results.into_iter().map(|r| r.map_err(|e| self.error(e))).collect()
     }
 
     /// Writes the last part (an empty one if the table has no rows) and returns every file.
@@ -119,14 +193,47 @@ impl PartWriter {
         Ok(self.files)
     }
 
+    /// The part being built, started when there is none.
+    fn part(&mut self) -> Result<&mut Part> {
+        if self.current.is_none() {
+            let writer =
+                new_writer(&self.schema, self.row_group_rows, &self.location.display(&self.folder))?;
+            self.current = Some(Part::Buffered(writer));
+        }
+        self.current.as_mut().ok_or_else(|| Error::Internal("no Parquet part".into()))
+    }
+
+    /// The current part as a file writer taking whole row groups.
+    fn row_group_writers(
+        &mut self,
+    ) -> Result<(&mut SerializedFileWriter<Vec<u8>>, &ArrowRowGroupWriterFactory)> {
+        if let Part::Buffered(_) = self.part()? {
+            let Some(Part::Buffered(writer)) = self.current.take() else {
+                return Err(Error::Internal("no Parquet part".into()));
+            };
+            let (file, factory) = writer.into_serialized_writer().map_err(|e| self.error(e))?;
+            self.current = Some(Part::RowGroups(file, factory));
+        }
+        match self.current.as_mut() {
+            Some(Part::RowGroups(file, factory)) => Ok((file, &*factory)),
+            _ => Err(Error::Internal("no Parquet part".into())),
+        }
+    }
+
     async fn flush_part(&mut self) -> Result<()> {
-        let writer = match self.current.take() {
-            Some(writer) => writer,
-            None => {
-                new_writer(&self.schema, self.row_group_rows, &self.location.display(&self.folder))?
-            }
+        let part = match self.current.take() {
+            Some(part) => part,
+            None => Part::Buffered(new_writer(
+                &self.schema,
+                self.row_group_rows,
+                &self.location.display(&self.folder),
+            )?),
         };
-        let bytes = writer.into_inner().map_err(|e| self.error(e))?;
+        let bytes = match part {
+            Part::Buffered(writer) => writer.into_inner(),
+            Part::RowGroups(file, _) => file.into_inner(),
+        }
+        .map_err(|e| self.error(e))?;
         let path = format!("{}/{}-{:05}.parquet", self.folder, self.stem, self.files.len());
         let sha256 = hex::encode(Sha256::digest(&bytes));
         self.location.write(&path, Bytes::from(bytes)).await?;
@@ -144,15 +251,70 @@ impl PartWriter {
     }
 }
 
+/// A Parquet part being built in memory.
+enum Part {
+    /// Batches buffered into row groups by the Arrow writer.
+    Buffered(ArrowWriter<Vec<u8>>),
+    /// Whole row groups encoded elsewhere, appended in order.
+    RowGroups(SerializedFileWriter<Vec<u8>>, ArrowRowGroupWriterFactory),
+}
+
+/// `rows` cut into consecutive ranges of at most `size` rows.
+fn row_groups(rows: Range<usize>, size: usize) -> Vec<Range<usize>> {
+    let size = size.max(1);
+    (rows.start..rows.end).step_by(size).map(|start| start..(start + size).min(rows.end)).collect()
+}
+
+/// Encodes one row group's batches into its column chunks.
+fn encode_row_group(
+    factory: &ArrowRowGroupWriterFactory,
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<Vec<ArrowColumnChunk>, ParquetError> {
+    // The index only matters to encrypted files, which these are not.
+    let mut writers = factory.create_column_writers(0)?;
+    for batch in &batches {
+        let mut leaves = writers.iter_mut();
+        for (field, column) in schema.fields().iter().zip(batch.columns()) {
+            for leaf in compute_leaves(field, column)? {
+                let writer = leaves
+                    .next()
+                    .ok_or_else(|| ParquetError::General("more leaves than column writers".into()))?;
+                writer.write(&leaf)?;
+            }
+        }
+    }
+    writers.into_iter().map(|w| w.close()).collect()
+}
+
+fn append_row_group(
+    file: &mut SerializedFileWriter<Vec<u8>>,
+    chunks: Vec<ArrowColumnChunk>,
+) -> Result<(), ParquetError> {
+    let mut row_group = file.next_row_group()?;
+    for chunk in chunks {
+        chunk.append_to_row_group(&mut row_group)?;
+    }
+    row_group.close()?;
+    Ok(())
+}
+
 /// The writer settings of every Parquet file effect-recon produces: zstd, page statistics,
-/// fixed row-group size, and a `created_by` without a build-specific part, so the same
+/// no dictionary for the unique id columns, fixed row-group size, and a `created_by` without a build-specific part, so the same
 /// rows give the same bytes.
 pub fn writer_properties() -> WriterProperties {
     properties(ROW_GROUP_ROWS)
 }
 
+/// Columns whose values are (nearly) all distinct: a dictionary of them never pays off, and
+/// building one until it overflows was a fifth of an export's CPU (hashing and interning).
+const UNIQUE_COLUMNS: [&str; 2] = ["msg_id", "receipt_id"];
+
 fn properties(row_group_rows: usize) -> WriterProperties {
-    WriterProperties::builder()
+    let builder = UNIQUE_COLUMNS.iter().fold(WriterProperties::builder(), |b, column| {
+        b.set_column_dictionary_enabled(ColumnPath::from(*column), false)
+    });
+    builder
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(row_group_rows))
         .set_statistics_enabled(EnabledStatistics::Page)

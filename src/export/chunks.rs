@@ -1,15 +1,17 @@
 //! Reading every source of one database over its connections at once.
 //!
 //! Each connection is a worker taking work from one queue: a chunk waiting to be read
-//! first, else the next source in config order, which it plans (describe, `COUNT`,
-//! `MIN/MAX(order_id)`, key ranges), whose first chunk it then reads itself (in the
-//! transaction that counted it) and whose other chunks it queues for any worker. So with
+//! first, else the next source in config order, which it plans (describe, `COUNT`, and
+//! for a source of more than `chunk_rows` rows `MIN/MAX(order_id)` and key ranges), whose
+//! first chunk it then reads itself (in the transaction that counted it) and whose other
+//! chunks it queues for any worker. So with
 //! `connections = 4` four sources are read at a time even when none is large enough to be
 //! chunked, and one source's chunks spread over every connection.
 //!
 //! Every planned source gets a writer task of its own: it takes the source's chunks in key
 //! order, sorts each one by `order_id` once it is complete ([`super::sort`]) and encodes it
-//! as Parquet, while the workers go on decoding rows. A chunk is written only once its
+//! as Parquet, its row groups on one thread per core, off the runtime's workers, which go
+//! on decoding rows. A chunk is written only once its
 //! rows are all there and checked against its `COUNT`, so a short chunk never reaches a
 //! file. The first failure stops the workers from taking more work.
 
@@ -209,11 +211,31 @@ struct ChunkJob {
     chunks: usize,
 }
 
+/// What one chunk reads.
+#[derive(Debug, Clone, Copy)]
+enum Keys {
+    /// Every row of the source, with the statement's own parameters (`Some`: a pushed
+    /// query, bound the whole `i64` range).
+    Whole(Option<(i64, i64)>),
+    /// One `order_id` range, bound as parameters 3 and 4.
+    Range(i64, i64),
+}
+
+impl Keys {
+    /// Parameters 3 and 4, where the statement takes them.
+    fn bound(self) -> Option<(i64, i64)> {
+        match self {
+            Keys::Whole(range) => range,
+            Keys::Range(lo, hi) => Some((lo, hi)),
+        }
+    }
+}
+
 /// One key range of a source, and where its rows go.
 struct Chunk {
     job: Arc<ChunkJob>,
     index: usize,
-    range: (i64, i64),
+    keys: Keys,
     /// The rows the planning transaction counted, for a chunk read in it.
     expected: Option<i64>,
     tx: mpsc::Sender<Result<Piece, ExportError>>,
@@ -240,7 +262,7 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
     let SourceJob { index, source, binds, writer } = job;
     let started = std::time::Instant::now();
     let planned = plan(conn, &source, binds, &shared.settings).await;
-    let (chunk_job, ranges, count) = match planned {
+    let (chunk_job, keys, count) = match planned {
         Ok(p) => p,
         Err(e) => {
             lock(&shared.failures).push(SourceOutcome { index, result: Err(e) });
@@ -248,14 +270,14 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
             return true;
         }
     };
-    let mut receivers = Vec::with_capacity(ranges.len());
-    let mut chunks: Vec<Chunk> = Vec::with_capacity(ranges.len());
-    for (i, &range) in ranges.iter().enumerate() {
+    let mut receivers = Vec::with_capacity(keys.len());
+    let mut chunks: Vec<Chunk> = Vec::with_capacity(keys.len());
+    for (i, &keys_i) in keys.iter().enumerate() {
         let (tx, rx) = mpsc::channel(CHANNEL_BATCHES);
         receivers.push(rx);
         // One chunk is read here, in the transaction that counted it.
-        let expected = (ranges.len() == 1).then_some(count);
-        chunks.push(Chunk { job: Arc::clone(&chunk_job), index: i, range, expected, tx });
+        let expected = (keys.len() == 1).then_some(count);
+        chunks.push(Chunk { job: Arc::clone(&chunk_job), index: i, keys: keys_i, expected, tx });
     }
     let writer = TableWrite {
         index,
@@ -276,8 +298,12 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
     }
 }
 
-type Plan = (Arc<ChunkJob>, Vec<(i64, i64)>, i64);
+type Plan = (Arc<ChunkJob>, Vec<Keys>, i64);
 
+/// Checks the query's columns, counts its rows and splits it into chunks. A source of at
+/// most `chunk_rows` rows is one chunk read with the query as written, so the database
+/// scans it once for the rows and once for a `COUNT(*)` it may answer from an index;
+/// only a larger one pays for the scan that finds its `order_id` range.
 async fn plan(
     conn: &mut Conn,
     source: &SourceConfig,
@@ -297,23 +323,32 @@ async fn plan(
     };
     let columns = match_columns(source.table, &described)?;
     let everything = (chunking == Chunking::Pushed).then_some((i64::MIN, i64::MAX));
-    let (count, keyed, min, max) =
-        conn.plan(&wrapped.plan, binds, everything).await.map_err(ExportError::Plan)?;
-    if count != keyed {
-        return Err(ExportError::NullKeys(count - keyed));
-    }
-    let ranges = split(min, max, count, settings.chunk_rows);
+    let count =
+        conn.count(&wrapped.count_whole, binds, everything).await.map_err(ExportError::Plan)?;
+    let (data_sql, keys) = if count == 0 {
+        (wrapped.whole, Vec::new())
+    } else if count as u64 <= settings.chunk_rows {
+        (wrapped.whole, vec![Keys::Whole(everything)])
+    } else {
+        let (keyed, min, max) =
+            conn.keys(&wrapped.keys, binds, everything).await.map_err(ExportError::Plan)?;
+        if count != keyed {
+            return Err(ExportError::NullKeys(count - keyed));
+        }
+        let ranges = split(min, max, count, settings.chunk_rows);
+        (wrapped.data, ranges.into_iter().map(|(lo, hi)| Keys::Range(lo, hi)).collect())
+    };
     let chunk_job = Arc::new(ChunkJob {
-        data_sql: wrapped.data,
+        data_sql,
         count_sql: wrapped.count,
         columns,
         binds,
         table: source.table,
         batch_rows: settings.batch_rows,
-        verify: settings.verify_counts && ranges.len() > 1,
-        chunks: ranges.len(),
+        verify: settings.verify_counts && keys.len() > 1,
+        chunks: keys.len(),
     });
-    Ok((chunk_job, ranges, count))
+    Ok((chunk_job, keys, count))
 }
 
 /// Reads one chunk; its outcome goes to the writer, an error included. `true` when it failed.
@@ -332,11 +367,13 @@ async fn read_chunk(conn: &mut Conn, chunk: &Chunk) -> bool {
 /// `Err(None)`: the writer stopped listening.
 async fn read_one(conn: &mut Conn, chunk: &Chunk) -> Result<u64, Option<ExportError>> {
     let job = &chunk.job;
-    let (lo, hi) = chunk.range;
-    let what = format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks);
+    let what = match chunk.keys {
+        Keys::Range(lo, hi) => format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks),
+        Keys::Whole(_) => format!("chunk {}/{}", chunk.index + 1, job.chunks),
+    };
     let expected = if job.verify {
         let n = conn
-            .count(&job.count_sql, job.binds, lo, hi)
+            .count(&job.count_sql, job.binds, chunk.keys.bound())
             .await
             .map_err(|source| Some(ExportError::CountChunk { chunk: what.clone(), source }))?;
         Some(n)
@@ -350,7 +387,7 @@ async fn read_one(conn: &mut Conn, chunk: &Chunk) -> Result<u64, Option<ExportEr
         table: job.table,
         batch_rows: job.batch_rows,
     };
-    let rows = match conn.read(&read, lo, hi, &chunk.tx).await {
+    let rows = match conn.read(&read, chunk.keys.bound(), &chunk.tx).await {
         Ok(rows) => rows,
         Err(ReadError::Closed) => return Err(None),
         Err(ReadError::Value(message)) => {
@@ -390,33 +427,62 @@ impl TableWrite {
         SourceOutcome { index, result }
     }
 
-    async fn write(mut self, events: &Events) -> Result<Written, ExportError> {
-        let mut progress = SourceProgress::start(events, &self.label);
-        let table = self.writer.table();
+    async fn write(self, events: &Events) -> Result<Written, ExportError> {
+        let TableWrite { label, mut writer, mut receivers, counted, batch_rows, started, .. } = self;
+        let mut progress = SourceProgress::start(events, &label);
+        let table = writer.table();
         let key = table.columns().iter().position(|c| c.name == "order_id").ok_or_else(|| {
             ExportError::Internal(format!("{} has no order_id column", table.name()))
         })?;
-        let chunks = self.receivers.len();
+        let chunks = receivers.len();
         let mut rows = 0u64;
-        for rx in &mut self.receivers {
-            let sorted = sort::Sorted::new(collect_chunk(rx).await?, key, self.batch_rows);
-            for batch in sorted.batches() {
-                let batch =
-                    batch.map_err(|e| ExportError::Internal(format!("sorting a chunk: {e}")))?;
-                self.writer.write(&batch).await.map_err(|e| ExportError::Write(Box::new(e)))?;
-                rows += batch.num_rows() as u64;
-                progress.add(batch.num_rows() as u64);
-                crate::faults::crash_point("export-batch");
-            }
+        for rx in &mut receivers {
+            let batches = collect_chunk(rx).await?;
+            let encode = move || -> Result<_, ExportError> {
+                let sorted = sort::Sorted::new(batches, key, batch_rows);
+                let rows_of = |range| sorted.rows(range);
+                let mut appended = |rows: usize| {
+                    progress.add(rows as u64);
+                    crate::faults::crash_point("export-batch");
+                };
+                let threads = encoder_threads();
+                block_on(writer.write_row_groups(sorted.len(), threads, &rows_of, &mut appended))?;
+                Ok((writer, progress, sorted.len() as u64))
+            };
+            let chunk_rows;
+            (writer, progress, chunk_rows) = on_blocking_thread(encode).await?;
+            rows += chunk_rows;
         }
-        drop(self.receivers);
-        let files = self.writer.finish().await.map_err(|e| ExportError::Write(Box::new(e)))?;
-        if let Some(counted) = self.counted.filter(|&n| n != rows as i64) {
+        drop(receivers);
+        let files = on_blocking_thread(move || block_on(writer.finish())).await?;
+        if let Some(counted) = counted.filter(|&n| n != rows as i64) {
             return Err(ExportError::SourceRows { written: rows, counted });
         }
         progress.finish(chunks);
-        Ok(Written { files, rows, chunks, elapsed: self.started.elapsed() })
+        Ok(Written { files, rows, chunks, elapsed: started.elapsed() })
     }
+}
+
+/// Runs the CPU-bound part of a table's writer (sorting a chunk, encoding Parquet) on a
+/// blocking thread, so the runtime's workers go on reading rows from the database while
+/// it runs instead of stalling behind it.
+async fn on_blocking_thread<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ExportError> + Send + 'static,
+) -> Result<T, ExportError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ExportError::Internal(format!("a chunk encoder stopped: {e}")))?
+}
+
+/// Row groups of one chunk encoded at once: one per core. Several sources' chunks may be
+/// encoded at the same time; the largest, read last to finish, then has every core.
+fn encoder_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Waits on the writer's object-store I/O from the blocking thread.
+fn block_on<T>(io: impl std::future::Future<Output = crate::error::Result<T>>) -> Result<T, ExportError> {
+    tokio::runtime::Handle::current().block_on(io).map_err(|e| ExportError::Write(Box::new(e)))
 }
 
 /// Every batch of one chunk, once its reader says it is complete.

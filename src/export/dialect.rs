@@ -49,7 +49,7 @@ pub(super) fn pg_set_time_zone(offset: &str) -> String {
 /// Ends a read transaction.
 pub(super) const ROLLBACK: &str = "ROLLBACK";
 
-/// The three statements of one source query.
+/// The statements of one source query.
 #[derive(Debug, Clone)]
 pub(super) struct Wrapped {
     /// Rows of one `order_id` range, in the database's own order (the exporter sorts each
@@ -57,8 +57,15 @@ pub(super) struct Wrapped {
     pub data: String,
     /// `COUNT(*)` of the same range.
     pub count: String,
-    /// `COUNT(*)`, `COUNT(order_id)`, `MIN(order_id)`, `MAX(order_id)` over the whole query.
-    pub plan: String,
+    /// Every row of the query, for a source read as one chunk: the query as written
+    /// (a pushed query gets the whole `i64` range bound).
+    pub whole: String,
+    /// `COUNT(*)` over the whole query: the only statement a source read as one chunk
+    /// adds, and one the database may answer from an index on the window's column.
+    pub count_whole: String,
+    /// `COUNT(order_id)`, `MIN(order_id)`, `MAX(order_id)` over the whole query, run only
+    /// for a source large enough to be chunked.
+    pub keys: String,
 }
 
 /// Where a chunk's `order_id` range goes.
@@ -84,9 +91,9 @@ pub(super) fn wrap(driver: Driver, query: &str, chunking: Chunking) -> Wrapped {
     };
     // The newline before ')' ends a trailing `-- comment` of the source query.
     let from = format!("FROM (\n{query}\n) AS recon_src");
-    let plan = format!(
-        "SELECT {}, {}, {}, {} {from}",
-        bigint("COUNT(*)"),
+    let count_whole = format!("SELECT {} {from}", bigint("COUNT(*)"));
+    let keys = format!(
+        "SELECT {}, {}, {} {from}",
         bigint("COUNT(recon_src.order_id)"),
         bigint("MIN(recon_src.order_id)"),
         bigint("MAX(recon_src.order_id)")
@@ -97,13 +104,17 @@ pub(super) fn wrap(driver: Driver, query: &str, chunking: Chunking) -> Wrapped {
             Wrapped {
                 data: format!("SELECT * {from} {range}"),
                 count: format!("SELECT {} {from} {range}", bigint("COUNT(*)")),
-                plan,
+                whole: query.to_string(),
+                count_whole,
+                keys,
             }
         }
         Chunking::Pushed => Wrapped {
             data: query.to_string(),
-            count: format!("SELECT {} {from}", bigint("COUNT(*)")),
-            plan,
+            count: count_whole.clone(),
+            whole: query.to_string(),
+            count_whole,
+            keys,
         },
     }
 }
@@ -117,16 +128,20 @@ mod tests {
         let q = "SELECT * FROM t WHERE a > ? AND a <= ? AND k BETWEEN ? AND ? -- c";
         let pushed = wrap(Driver::MySql, q, Chunking::Pushed);
         assert_eq!(pushed.data, q);
+        assert_eq!(pushed.whole, q);
         assert_eq!(
             pushed.count,
             format!("SELECT CAST(COUNT(*) AS SIGNED) FROM (\n{q}\n) AS recon_src")
         );
+        assert_eq!(pushed.count_whole, pushed.count);
         let wrapped = wrap(Driver::Postgres, "SELECT 1", Chunking::Wrapped);
         assert!(
             wrapped.data.ends_with("WHERE recon_src.order_id BETWEEN $3 AND $4"),
             "{wrapped:?}"
         );
+        assert_eq!(wrapped.whole, "SELECT 1", "one chunk reads the query as written");
         assert!(!wrapped.data.contains("ORDER BY"), "chunks are sorted by the exporter");
-        assert_eq!(pushed.plan, wrap(Driver::MySql, q, Chunking::Wrapped).plan);
+        assert!(!wrapped.count_whole.contains("order_id"), "{wrapped:?}");
+        assert_eq!(pushed.keys, wrap(Driver::MySql, q, Chunking::Wrapped).keys);
     }
 }

@@ -5,14 +5,17 @@
 //! The sort is stable: rows with the same `order_id` keep the order the database returned
 //! them in, so the same database state gives the same files.
 
+use std::ops::Range;
+
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::compute::interleave_record_batch;
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
-/// The rows of one chunk in `order_id` order, handed out a batch at a time so that only
-/// the chunk itself, not a second sorted copy of it, is held in memory.
+/// The rows of one chunk in `order_id` order, handed out a range at a time so that only
+/// the chunk itself and the row groups being encoded, not a second sorted copy of it, are
+/// held in memory.
 pub(super) struct Sorted {
     batches: Vec<RecordBatch>,
     /// `(key, batch, row)` in output order; empty when the batches are already in order.
@@ -39,18 +42,52 @@ impl Sorted {
         Sorted { batches, order, batch_rows: batch_rows.max(1) }
     }
 
-    /// The sorted batches.
-    pub(super) fn batches(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+    /// Rows in the chunk.
+    pub(super) fn len(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+
+    /// Rows `range` of the sorted chunk, in batches of at most `batch_rows`. Callable from
+    /// several threads at once: each row group of a file is built and encoded on its own.
+    pub(super) fn rows(&self, range: Range<usize>) -> Result<Vec<RecordBatch>, ArrowError> {
+        if self.order.is_empty() {
+            return Ok(self.slices(range));
+        }
         let sources: Vec<&RecordBatch> = self.batches.iter().collect();
-        let as_they_are = self.order.is_empty().then(|| self.batches.iter().cloned().map(Ok));
-        let interleaved = (!self.order.is_empty()).then(move || {
-            self.order.chunks(self.batch_rows).map(move |slice| {
+        self.order[range]
+            .chunks(self.batch_rows)
+            .map(|slice| {
                 let indices: Vec<(usize, usize)> =
                     slice.iter().map(|&(_, b, r)| (b as usize, r as usize)).collect();
                 interleave_record_batch(&sources, &indices)
             })
-        });
-        as_they_are.into_iter().flatten().chain(interleaved.into_iter().flatten())
+            .collect()
+    }
+
+    /// Rows `range` of batches already in order: zero-copy slices of them.
+    fn slices(&self, range: Range<usize>) -> Vec<RecordBatch> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for batch in &self.batches {
+            let end = start + batch.num_rows();
+            let (lo, hi) = (range.start.max(start), range.end.min(end));
+            if lo < hi {
+                let mut at = lo;
+                while at < hi {
+                    let take = (hi - at).min(self.batch_rows);
+                    out.push(batch.slice(at - start, take));
+                    at += take;
+                }
+            }
+            start = end;
+        }
+        out
+    }
+
+    /// The sorted batches.
+    #[cfg(test)]
+    fn batches(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
+        self.rows(0..self.len()).unwrap_or_default().into_iter().map(Ok)
     }
 }
 
@@ -116,8 +153,24 @@ mod tests {
     #[test]
     fn sorted_input_is_returned_as_it_is() {
         let input = vec![batch(&[1, 2], &["a", "b"]), batch(&[2, 9], &["c", "d"])];
-        let same: Vec<_> = Sorted::new(input.clone(), 1, 1).batches().map(Result::unwrap).collect();
+        let same: Vec<_> = Sorted::new(input.clone(), 1, 2).batches().map(Result::unwrap).collect();
         assert_eq!(same, input);
         assert_eq!(Sorted::new(Vec::new(), 1, 8).batches().count(), 0);
+    }
+
+    #[test]
+    fn any_range_gives_the_rows_of_the_whole_in_batches_of_at_most_batch_rows() {
+        let sorted_input = vec![batch(&[1, 2, 3], &["a", "b", "c"]), batch(&[4, 5], &["d", "e"])];
+        let shuffled = vec![batch(&[5, 1, 3], &["e", "a", "c"]), batch(&[4, 2], &["d", "b"])];
+        for input in [sorted_input, shuffled] {
+            let sorted = Sorted::new(input, 1, 2);
+            assert_eq!(sorted.len(), 5);
+            for (lo, hi) in [(0, 5), (1, 4), (2, 3), (3, 5), (4, 4)] {
+                let rows = sorted.rows(lo..hi).unwrap();
+                assert!(rows.iter().all(|b| b.num_rows() <= 2), "{lo}..{hi}");
+                let expected: Vec<String> = (lo + 1..hi + 1).map(|k| k.to_string()).collect();
+                assert_eq!(column(&rows, 1), expected, "{lo}..{hi}");
+            }
+        }
     }
 }

@@ -4,8 +4,10 @@
 //! snapshots indistinguishable to `run`.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use bytes::Bytes;
+use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_FORMAT};
@@ -163,6 +165,30 @@ impl TableWriter {
             });
         }
         self.parts.write(batch).await
+    }
+
+    /// Appends `rows` rows as whole row groups encoded on up to `threads` threads at once
+    /// ([`crate::parquet_parts::PartWriter::write_row_groups`]); every batch `rows_of` gives
+    /// must have the contract schema.
+    pub async fn write_row_groups(
+        &mut self,
+        rows: usize,
+        threads: usize,
+        rows_of: &(dyn Fn(Range<usize>) -> Result<Vec<RecordBatch>, ArrowError> + Sync),
+        appended: &mut dyn FnMut(usize),
+    ) -> Result<()> {
+        let expected = self.parts.schema().fields().clone();
+        let checked = |range| {
+            let batches = rows_of(range)?;
+            match batches.iter().find(|b| b.schema().fields() != &expected) {
+                Some(b) => Err(ArrowError::SchemaError(format!(
+                    "batch schema {:?} is not the contract schema",
+                    b.schema()
+                ))),
+                None => Ok(batches),
+            }
+        };
+        self.parts.write_row_groups(rows, threads, &checked, appended).await
     }
 
     /// Closes the last part and returns the files for the manifest.

@@ -6,6 +6,9 @@
 //! * the exporter sorts every chunk: rows the database returns in reverse still give files
 //!   sorted by `order_id`, and the outputs of the original day;
 //! * a chunk whose streamed rows differ from its `COUNT` still fails with no manifest;
+//! * PostgreSQL reads with binary COPY, its parameters inlined: markers inside constants
+//!   and comments stay as they are, and an infinite timestamp is refused by name;
+//! * a NULL `order_id` is named by row in a source read as one chunk, counted in a chunked one;
 //! * several connections reading several sources at once give the files of one connection,
 //!   byte for byte, and the first failing source in config order is the one reported.
 
@@ -210,4 +213,88 @@ async fn a_query_with_another_number_of_parameters_is_refused_by_name() {
     });
     let out = tmp.path().join("out");
     assert_source_error(run_export(&job, &out).await, "wms", &["takes 3 parameters"], &out);
+}
+
+#[tokio::test]
+async fn parameter_markers_inside_constants_and_comments_are_left_alone() {
+    // PostgreSQL reads with COPY, which takes no bound parameters: the exporter inlines
+    // `$n` itself and must skip the ones the server would not read as parameters.
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, url) in databases(tmp.path(), "er_it_speed_markers").await.iter().enumerate() {
+        let plain = tmp.path().join(format!("plain-{i}"));
+        run_export(&job_text(url, "UTC", "", None, |_, q| q), &plain).await.unwrap();
+        let marker = range_markers(url).0;
+        for (settings, what) in [("", "one chunk"), ("chunk_rows = 700", "chunked")] {
+            let job = job_text(url, "UTC", settings, None, |name, q| match name {
+                "orders" => format!(
+                    "{q}\nAND status <> '{marker} -- not a parameter' /* {marker} */ -- {marker}\n"
+                ),
+                _ => q,
+            });
+            let out = tmp.path().join(format!("marked-{i}-{}", what.len()));
+            let report = run_export(&job, &out).await.unwrap();
+            let chunked = report.sources.iter().any(|s| s.chunks > 1);
+            assert_eq!(chunked, what == "chunked", "{url}: {:?}", report.sources);
+            assert_eq!(rows(&out).await, rows(&plain).await, "{url} {what}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_null_order_id_is_named_in_one_chunk_and_counted_in_many() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, url) in databases(tmp.path(), "er_it_speed_null").await.iter().enumerate() {
+        let job = |settings: &str| {
+            job_text(url, "UTC", settings, None, |name, q| match name {
+                "orders" => q.replacen(
+                    "SELECT order_id",
+                    "SELECT CASE WHEN order_id = 7 THEN NULL ELSE order_id END AS order_id",
+                    1,
+                ),
+                _ => q,
+            })
+        };
+        // One chunk reads the query as written: the row itself is refused by name.
+        let out = tmp.path().join(format!("one-{i}"));
+        let message = assert_source_error(
+            run_export(&job(""), &out).await,
+            "orders",
+            &["status_history", "column order_id is NULL; the contract says it must not be"],
+            &out,
+        );
+        eprintln!("expected error (one chunk): {message}");
+        // A chunked source finds the NULL keys when it looks for its key range.
+        let out = tmp.path().join(format!("many-{i}"));
+        let message = assert_source_error(
+            run_export(&job("chunk_rows = 700"), &out).await,
+            "orders",
+            &["status_history", "column order_id is NULL in"],
+            &out,
+        );
+        eprintln!("expected error (chunked): {message}");
+    }
+}
+
+#[tokio::test]
+async fn an_infinite_postgres_timestamp_is_refused_by_name() {
+    let Some(base) = env_url(PG_ENV) else { return };
+    let url = pg_schema(&base, "er_it_speed_infinity").await;
+    load::load_tables(&url, &day(200), &LoadOptions::default()).await.unwrap();
+    let job = job_text(&url, "UTC", "", None, |name, q| match name {
+        "orders" => q.replacen(
+            "SELECT order_id, status, changed_at",
+            "SELECT order_id, status, \
+             CASE WHEN order_id = 7 THEN 'infinity'::timestamptz ELSE changed_at END AS changed_at",
+            1,
+        ),
+        _ => q,
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    assert_source_error(
+        run_export(&job, &out).await,
+        "orders",
+        &["row ", "column changed_at is infinity; the contract needs a finite instant"],
+        &out,
+    );
 }

@@ -24,6 +24,8 @@ use crate::time::Micros;
 mod connect;
 mod decode;
 mod family;
+mod inline;
+mod pg_copy;
 mod scrub;
 mod zone;
 
@@ -65,7 +67,8 @@ pub enum Conn {
     Sqlite(SqliteConnection),
 }
 
-/// The four parameters of a chunk read: the source's lower bound and cut, then the range.
+/// The parameters of a source's statements: the lower bound and the cut (a chunk's
+/// `order_id` range, where it has one, is bound after them).
 #[derive(Debug, Clone, Copy)]
 pub struct Binds {
     /// `since - lookback`, UTC µs.
@@ -111,18 +114,18 @@ impl Conn {
         })
     }
 
-    /// Runs the plan query: `(count, non-null order_ids, min, max)`. `range`: the query
-    /// takes the chunk's `order_id` range itself (parameters 3 and 4).
-    pub async fn plan(
+    /// Runs the key query of a source: `(non-null order_ids, min, max)`. `range`: the
+    /// query takes an `order_id` range itself (parameters 3 and 4).
+    pub async fn keys(
         &mut self,
         sql: &str,
         binds: Binds,
         range: Option<(i64, i64)>,
-    ) -> Result<(i64, i64, Option<i64>, Option<i64>), sqlx::Error> {
-        type Plan = (i64, i64, Option<i64>, Option<i64>);
+    ) -> Result<(i64, Option<i64>, Option<i64>), sqlx::Error> {
+        type Keys = (i64, Option<i64>, Option<i64>);
         let Binds { lower, cut, offset_secs: offset } = binds;
         crate::on_conn!(self, c, DB => {
-            let query = sqlx::query_as::<_, Plan>(sql)
+            let query = sqlx::query_as::<_, Keys>(sql)
                 .bind(DB::bound(lower, offset))
                 .bind(DB::bound(cut, offset));
             let query = match range {
@@ -133,34 +136,34 @@ impl Conn {
         })
     }
 
-    /// Runs the count query of one range.
+    /// Runs a count query; `range`: its parameters 3 and 4.
     pub async fn count(
         &mut self,
         sql: &str,
         binds: Binds,
-        lo: i64,
-        hi: i64,
+        range: Option<(i64, i64)>,
     ) -> Result<i64, sqlx::Error> {
         let Binds { lower, cut, offset_secs: offset } = binds;
         crate::on_conn!(self, c, DB => {
-            sqlx::query_scalar(sql)
+            let query = sqlx::query_scalar(sql)
                 .bind(DB::bound(lower, offset))
-                .bind(DB::bound(cut, offset))
-                .bind(lo)
-                .bind(hi)
-                .fetch_one(c)
-                .await
+                .bind(DB::bound(cut, offset));
+            let query = match range {
+                Some((lo, hi)) => query.bind(lo).bind(hi),
+                None => query,
+            };
+            query.fetch_one(c).await
         })
     }
 
-    /// Streams the rows of one range into batches of `batch_rows`, sent on `tx` in the
-    /// order the database returns them; returns the number of rows. `Err` is a
-    /// scrubbed-later message (database error or bad value).
+    /// Streams the rows of one chunk into batches of `batch_rows`, sent on `tx` in the
+    /// order the database returns them; returns the number of rows. `range`: the
+    /// statement's parameters 3 and 4. PostgreSQL reads with binary COPY ([`pg_copy`]),
+    /// the others through the driver's rows.
     pub async fn read(
         &mut self,
         read: &ChunkRead<'_>,
-        lo: i64,
-        hi: i64,
+        range: Option<(i64, i64)>,
         tx: &mpsc::Sender<Result<Piece, ExportError>>,
     ) -> Result<u64, ReadError> {
         let Binds { lower, cut, offset_secs: offset } = read.binds;
@@ -170,13 +173,22 @@ impl Conn {
             tx,
             rows: 0,
         };
+        if let Conn::Postgres(c) = self {
+            let (lo, hi) = range.unwrap_or((i64::MIN, i64::MAX));
+            let copy = pg_copy::copy_statement(read.sql, read.binds, lo, hi)
+                .map_err(|m| ReadError::Internal(format!("inlining the parameters: {m}")))?;
+            pg_copy::read(c, &copy, read.columns, offset, &mut sink).await?;
+            sink.flush().await?;
+            return Ok(sink.rows);
+        }
         crate::on_conn!(self, c, DB => {
-            let mut rows = sqlx::query(read.sql)
-                .bind(DB::bound(lower, offset))
-                .bind(DB::bound(cut, offset))
-                .bind(lo)
-                .bind(hi)
-                .fetch(c);
+            let query =
+                sqlx::query(read.sql).bind(DB::bound(lower, offset)).bind(DB::bound(cut, offset));
+            let query = match range {
+                Some((lo, hi)) => query.bind(lo).bind(hi),
+                None => query,
+            };
+            let mut rows = query.fetch(c);
             while let Some(row) = rows.try_next().await.map_err(ReadError::Database)? {
                 sink.row(|b| DB::fill(&row, read.columns, offset, b)).await?;
             }
