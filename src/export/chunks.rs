@@ -29,6 +29,7 @@ use super::source::{Binds, ChunkRead, ColumnRead, Conn, Piece, ReadError};
 use super::{match_columns, sort, split};
 use crate::config::job::{Driver, ExportSettings, SourceConfig};
 use crate::events::Events;
+use crate::parquet_parts::RowsOf;
 use crate::snapshot::{FileEntry, Table, TableWriter};
 
 /// Batches buffered per chunk between a reader and the table's writer.
@@ -368,7 +369,9 @@ async fn read_chunk(conn: &mut Conn, chunk: &Chunk) -> bool {
 async fn read_one(conn: &mut Conn, chunk: &Chunk) -> Result<u64, Option<ExportError>> {
     let job = &chunk.job;
     let what = match chunk.keys {
-        Keys::Range(lo, hi) => format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks),
+        Keys::Range(lo, hi) => {
+            format!("chunk {}/{} (order_id {lo}..={hi})", chunk.index + 1, job.chunks)
+        }
         Keys::Whole(_) => format!("chunk {}/{}", chunk.index + 1, job.chunks),
     };
     let expected = if job.verify {
@@ -428,7 +431,8 @@ impl TableWrite {
     }
 
     async fn write(self, events: &Events) -> Result<Written, ExportError> {
-        let TableWrite { label, mut writer, mut receivers, counted, batch_rows, started, .. } = self;
+        let TableWrite { label, mut writer, mut receivers, counted, batch_rows, started, .. } =
+            self;
         let mut progress = SourceProgress::start(events, &label);
         let table = writer.table();
         let key = table.columns().iter().position(|c| c.name == "order_id").ok_or_else(|| {
@@ -439,15 +443,16 @@ impl TableWrite {
         for rx in &mut receivers {
             let batches = collect_chunk(rx).await?;
             let encode = move || -> Result<_, ExportError> {
-                let sorted = sort::Sorted::new(batches, key, batch_rows);
-                let rows_of = |range| sorted.rows(range);
+                let sorted = Arc::new(sort::Sorted::new(batches, key, batch_rows));
+                let rows = sorted.len();
+                let rows_of: RowsOf = Arc::new(move |range| sorted.rows(range));
                 let mut appended = |rows: usize| {
                     progress.add(rows as u64);
                     crate::faults::crash_point("export-batch");
                 };
                 let threads = encoder_threads();
-                block_on(writer.write_row_groups(sorted.len(), threads, &rows_of, &mut appended))?;
-                Ok((writer, progress, sorted.len() as u64))
+                block_on(writer.write_row_groups(rows, threads, rows_of, &mut appended))?;
+                Ok((writer, progress, rows as u64))
             };
             let chunk_rows;
             (writer, progress, chunk_rows) = on_blocking_thread(encode).await?;
@@ -481,7 +486,9 @@ fn encoder_threads() -> usize {
 }
 
 /// Waits on the writer's object-store I/O from the blocking thread.
-fn block_on<T>(io: impl std::future::Future<Output = crate::error::Result<T>>) -> Result<T, ExportError> {
+fn block_on<T>(
+    io: impl std::future::Future<Output = crate::error::Result<T>>,
+) -> Result<T, ExportError> {
     tokio::runtime::Handle::current().block_on(io).map_err(|e| ExportError::Write(Box::new(e)))
 }
 

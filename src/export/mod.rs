@@ -10,12 +10,15 @@
 //!   read, so they differ only by rows changed in those milliseconds; `connections = 1`
 //!   reads everything in one snapshot. SQLite always uses one connection.
 //! * The connections read the database's sources at once ([`chunks`]): a free connection
-//!   takes the next source, checks its query (columns by name, types) by preparing it,
-//!   plans it (`COUNT`, `MIN/MAX(order_id)`), splits it into `order_id` key ranges of about
-//!   `chunk_rows` rows, reads the first and queues the others for any connection. Each
-//!   chunk's streamed rows are checked against a `COUNT` of the same range in the same
-//!   transaction, then sorted by `order_id` ([`sort`]) and written in key order on a task
-//!   of their own, so every table is sorted by `order_id` without a server-side ORDER BY.
+//!   takes the next source, checks its query (columns by name, types) by preparing it and
+//!   counts it. A source of at most `chunk_rows` rows is read as written, in one pass; a
+//!   larger one is split into `order_id` key ranges (`MIN/MAX(order_id)`) of about
+//!   `chunk_rows` rows, the first read there and the others queued for any connection,
+//!   each checked against a `COUNT` of the same range in the same transaction. Chunks are
+//!   sorted by `order_id` ([`sort`]) and encoded in key order off the runtime's workers,
+//!   so every table is sorted by `order_id` without a server-side ORDER BY.
+//! * PostgreSQL is read with binary `COPY (query) TO STDOUT`, the rest through sqlx rows
+//!   ([`source`]).
 //! * A query taking four parameters has the chunk's range in its own WHERE (on the user's
 //!   indexed column) and runs unwrapped ([`dialect::Chunking`]).
 //! * Any failure stops the export before `manifest.json` is written: a snapshot without a

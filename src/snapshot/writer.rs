@@ -4,7 +4,7 @@
 //! snapshots indistinguishable to `run`.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use datafusion::arrow::error::ArrowError;
@@ -14,7 +14,7 @@ use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_F
 use crate::claim::{self, Claim};
 use crate::error::{Error, Result};
 use crate::faults::crash_point;
-use crate::parquet_parts::PartWriter;
+use crate::parquet_parts::{PartWriter, RowsOf};
 use crate::storage::Location;
 use crate::time::{format_instant, Micros};
 
@@ -174,11 +174,11 @@ impl TableWriter {
         &mut self,
         rows: usize,
         threads: usize,
-        rows_of: &(dyn Fn(Range<usize>) -> Result<Vec<RecordBatch>, ArrowError> + Sync),
+        rows_of: RowsOf,
         appended: &mut dyn FnMut(usize),
     ) -> Result<()> {
         let expected = self.parts.schema().fields().clone();
-        let checked = |range| {
+        let checked: RowsOf = Arc::new(move |range| {
             let batches = rows_of(range)?;
             match batches.iter().find(|b| b.schema().fields() != &expected) {
                 Some(b) => Err(ArrowError::SchemaError(format!(
@@ -187,8 +187,8 @@ impl TableWriter {
                 ))),
                 None => Ok(batches),
             }
-        };
-        self.parts.write_row_groups(rows, threads, &checked, appended).await
+        });
+        self.parts.write_row_groups(rows, threads, checked, appended).await
     }
 
     /// Closes the last part and returns the files for the manifest.

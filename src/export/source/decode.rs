@@ -185,24 +185,28 @@ pub(super) fn mysql_value(
     b: &mut BatchBuilder,
 ) -> Result<(), ValueError> {
     let named = |e: sqlx::Error| e.to_string();
+    // Unchecked: the decoder was chosen from this column's type when the query was
+    // prepared, so the driver's per-value type check would only repeat it.
     {
         match col.decoder {
             Decoder::Null => push_null(b, index, col.kind),
-            Decoder::Int => {
-                b.push_int(index, row.try_get::<Option<i64>, _>(col.ordinal).map_err(named)?)
-            }
+            Decoder::Int => b.push_int(
+                index,
+                row.try_get_unchecked::<Option<i64>, _>(col.ordinal).map_err(named)?,
+            ),
             Decoder::UnsignedInt => {
-                let v = row.try_get::<Option<u64>, _>(col.ordinal).map_err(named)?;
+                let v = row.try_get_unchecked::<Option<u64>, _>(col.ordinal).map_err(named)?;
                 let v = v
                     .map(|u| i64::try_from(u).map_err(|_| format!("value {u} does not fit Int64")))
                     .transpose()?;
                 b.push_int(index, v)
             }
-            Decoder::Text => {
-                b.push_text(index, row.try_get::<Option<&str>, _>(col.ordinal).map_err(named)?)
-            }
+            Decoder::Text => b.push_text(
+                index,
+                row.try_get_unchecked::<Option<&str>, _>(col.ordinal).map_err(named)?,
+            ),
             Decoder::Bytes => {
-                let v = row.try_get::<Option<&[u8]>, _>(col.ordinal).map_err(named)?;
+                let v = row.try_get_unchecked::<Option<&[u8]>, _>(col.ordinal).map_err(named)?;
                 let v = v
                     .map(|bytes| {
                         std::str::from_utf8(bytes).map_err(|_| "is not valid UTF-8".to_string())
@@ -211,7 +215,9 @@ pub(super) fn mysql_value(
                 b.push_text(index, v)
             }
             Decoder::NaiveTimestamp => {
-                let v = row.try_get::<Option<NaiveDateTime>, _>(col.ordinal).map_err(named)?;
+                let v = row
+                    .try_get_unchecked::<Option<NaiveDateTime>, _>(col.ordinal)
+                    .map_err(named)?;
                 b.push_timestamp(index, v.map(|t| from_naive(t, offset)))
             }
             Decoder::UtcTimestamp | Decoder::Dynamic => {

@@ -17,11 +17,11 @@
 use futures::TryStreamExt;
 use sqlx::postgres::PgConnection;
 
-use crate::export::batch::{BatchBuilder, ValueError};
 use super::decode::{fill_row, ColumnRead, Decoder};
 use super::inline::inline_pg_parameters;
 use super::zone::utc;
 use super::{Binds, ReadError, Sink};
+use crate::export::batch::{BatchBuilder, ValueError};
 
 const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 /// Signature, flags, extension length.
@@ -36,8 +36,14 @@ pub(super) fn copy_statement(
     lo: i64,
     hi: i64,
 ) -> Result<String, String> {
-    let instant = |micros| format!("('{}'::timestamptz)", utc(micros).format("%Y-%m-%d %H:%M:%S%.6f+00"));
-    let values = [instant(binds.lower), instant(binds.cut), format!("('{lo}'::int8)"), format!("('{hi}'::int8)")];
+    let instant =
+        |micros| format!("('{}'::timestamptz)", utc(micros).format("%Y-%m-%d %H:%M:%S%.6f+00"));
+    let values = [
+        instant(binds.lower),
+        instant(binds.cut),
+        format!("('{lo}'::int8)"),
+        format!("('{hi}'::int8)"),
+    ];
     let query = inline_pg_parameters(data_sql, &values)?;
     // The newline before ')' ends a trailing `-- comment` of the query.
     Ok(format!("COPY (\n{query}\n) TO STDOUT (FORMAT binary)"))
@@ -300,8 +306,16 @@ mod tests {
             let batch = b.finish().unwrap();
             tables.push(pretty_format_batches(&[batch]).unwrap().to_string());
         }
-        assert!(tables[0].contains("| 7        | PAID    | 1970-01-01T01:00:00Z |"), "{}", tables[0]);
-        assert!(tables[0].contains("| 8        | SHIPPED | 1970-01-01T02:00:00Z |"), "{}", tables[0]);
+        assert!(
+            tables[0].contains("| 7        | PAID    | 1970-01-01T01:00:00Z |"),
+            "{}",
+            tables[0]
+        );
+        assert!(
+            tables[0].contains("| 8        | SHIPPED | 1970-01-01T02:00:00Z |"),
+            "{}",
+            tables[0]
+        );
         assert!(tables.iter().all(|t| t == &tables[0]));
     }
 
