@@ -14,6 +14,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    if !args.serves_until_stopped() {
+        keep_freed_memory();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -29,6 +32,21 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A command that runs one job and exits keeps the memory it frees for its next
+/// allocations instead of handing it back to the kernel 10 ms later: an export otherwise
+/// spent a third of its CPU zeroing the pages it faulted back in (measured with perf on a
+/// 1M-order day: `clear_page_erms`), and 10–25% of its wall time. Its RSS stays at its peak
+/// until it exits. Cluster nodes, which live on, keep mimalloc's default.
+fn keep_freed_memory() {
+    // mimalloc's `mi_option_purge_delay` (mimalloc.h: the 16th option, in v2 and v3).
+    const PURGE_DELAY: std::os::raw::c_int = 15;
+    extern "C" {
+        fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
+    }
+    // SAFETY: mi_option_set only stores an integer in mimalloc's option table.
+    unsafe { mi_option_set(PURGE_DELAY, -1) }
 }
 
 /// A reader that closed our stdout early (`| head`) is not an error.

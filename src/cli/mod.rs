@@ -33,6 +33,13 @@ pub(crate) struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// A cluster node serves jobs until stopped; every other command runs one job and exits.
+    pub(crate) fn serves_until_stopped(&self) -> bool {
+        matches!(self.command, Command::Cluster(_))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Reconcile a snapshot: write discrepancies, compensation tasks and skip verdicts.
