@@ -124,9 +124,8 @@ impl PartWriter {
     /// Appends `rows` rows as whole row groups (at most the row-group size each, never
     /// across a part), encoding up to `threads` of them at once, each on its own thread.
     /// `rows_of(range)` gives the rows of a range of `0..rows` as batches, in order; it is
-    /// called from those threads. The files are those of [`PartWriter::write`] given the
-    /// same rows, except that row groups end where this call ends. `appended` is told after
-    /// each row group.
+    /// called from those threads. The same rows give the same bytes; a row group never
+    /// spans two calls. `appended` is told the rows of each row group once it is in the part.
     pub async fn write_row_groups(
         &mut self,
         rows: usize,
@@ -157,8 +156,7 @@ impl PartWriter {
     }
 
     /// Encodes each row group of `wave` on a thread of its own, from the runtime's pool of
-    /// blocking threads: threads that live on keep their allocator's pages, where a fresh
-    /// thread per row group had every buffer faulted in anew (a third of the CPU).
+    /// blocking threads (reused from one row group to the next, not started for each).
     async fn encode_wave(
         &mut self,
         wave: &[Range<usize>],

@@ -4,16 +4,16 @@
 //! first, else the next source in config order, which it plans (describe, `COUNT`, and
 //! for a source of more than `chunk_rows` rows `MIN/MAX(order_id)` and key ranges), whose
 //! first chunk it then reads itself (in the transaction that counted it) and whose other
-//! chunks it queues for any worker. So with
-//! `connections = 4` four sources are read at a time even when none is large enough to be
-//! chunked, and one source's chunks spread over every connection.
+//! chunks it queues for any worker. So with `connections = 4` four sources are read at a
+//! time even when none is large enough to be chunked, and one source's chunks spread over
+//! every connection.
 //!
 //! Every planned source gets a writer task of its own: it takes the source's chunks in key
 //! order, sorts each one by `order_id` once it is complete ([`super::sort`]) and encodes it
 //! as Parquet, its row groups on one thread per core, off the runtime's workers, which go
-//! on decoding rows. A chunk is written only once its
-//! rows are all there and checked against its `COUNT`, so a short chunk never reaches a
-//! file. The first failure stops the workers from taking more work.
+//! on decoding rows. A chunk is written only once its rows are all there and checked
+//! against its `COUNT`, so a short chunk never reaches a file. The first failure stops
+//! the workers from taking more work.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
