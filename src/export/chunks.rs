@@ -326,18 +326,18 @@ async fn plan(
     let everything = (chunking == Chunking::Pushed).then_some((i64::MIN, i64::MAX));
     let count =
         conn.count(&wrapped.count_whole, binds, everything).await.map_err(ExportError::Plan)?;
-    let (data_sql, keys) = if count == 0 {
-        (wrapped.whole, Vec::new())
+    let (data_sql, keys, count) = if count == 0 {
+        (wrapped.whole, Vec::new(), count)
     } else if count as u64 <= settings.chunk_rows {
-        (wrapped.whole, vec![Keys::Whole(everything)])
+        (wrapped.whole, vec![Keys::Whole(everything)], count)
     } else {
-        let (keyed, min, max) =
+        let (count, keyed, min, max) =
             conn.keys(&wrapped.keys, binds, everything).await.map_err(ExportError::Plan)?;
         if count != keyed {
             return Err(ExportError::NullKeys(count - keyed));
         }
         let ranges = split(min, max, count, settings.chunk_rows);
-        (wrapped.data, ranges.into_iter().map(|(lo, hi)| Keys::Range(lo, hi)).collect())
+        (wrapped.data, ranges.into_iter().map(|(lo, hi)| Keys::Range(lo, hi)).collect(), count)
     };
     let chunk_job = Arc::new(ChunkJob {
         data_sql,

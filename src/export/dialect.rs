@@ -63,8 +63,9 @@ pub(super) struct Wrapped {
     /// `COUNT(*)` over the whole query: the only statement a source read as one chunk
     /// adds, and one the database may answer from an index on the window's column.
     pub count_whole: String,
-    /// `COUNT(order_id)`, `MIN(order_id)`, `MAX(order_id)` over the whole query, run only
-    /// for a source large enough to be chunked.
+    /// `COUNT(*)`, `COUNT(order_id)`, `MIN(order_id)`, `MAX(order_id)` over the whole
+    /// query, run only for a source large enough to be chunked (both counts from one
+    /// statement: NULL keys are their difference).
     pub keys: String,
 }
 
@@ -93,7 +94,8 @@ pub(super) fn wrap(driver: Driver, query: &str, chunking: Chunking) -> Wrapped {
     let from = format!("FROM (\n{query}\n) AS recon_src");
     let count_whole = format!("SELECT {} {from}", bigint("COUNT(*)"));
     let keys = format!(
-        "SELECT {}, {}, {} {from}",
+        "SELECT {}, {}, {}, {} {from}",
+        bigint("COUNT(*)"),
         bigint("COUNT(recon_src.order_id)"),
         bigint("MIN(recon_src.order_id)"),
         bigint("MAX(recon_src.order_id)")

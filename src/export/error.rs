@@ -170,11 +170,11 @@ impl ExportError {
 }
 
 /// SQLite only knows value types row by row: a text `order_id` shows up in MIN/MAX
-/// (columns 1 and 2 of the key query).
+/// (columns 2 and 3 of the key query).
 fn plan_message(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::ColumnDecode { index, source }
-            if index.contains('1') || index.contains('2') =>
+            if index.contains('2') || index.contains('3') =>
         {
             format!("column order_id holds values that are not integers ({source}); the contract needs Int64 (CAST it in the query)")
         }

@@ -114,15 +114,15 @@ impl Conn {
         })
     }
 
-    /// Runs the key query of a source: `(non-null order_ids, min, max)`. `range`: the
-    /// query takes an `order_id` range itself (parameters 3 and 4).
+    /// Runs the key query of a source: `(rows, non-null order_ids, min, max)`. `range`:
+    /// the query takes an `order_id` range itself (parameters 3 and 4).
     pub async fn keys(
         &mut self,
         sql: &str,
         binds: Binds,
         range: Option<(i64, i64)>,
-    ) -> Result<(i64, Option<i64>, Option<i64>), sqlx::Error> {
-        type Keys = (i64, Option<i64>, Option<i64>);
+    ) -> Result<(i64, i64, Option<i64>, Option<i64>), sqlx::Error> {
+        type Keys = (i64, i64, Option<i64>, Option<i64>);
         let Binds { lower, cut, offset_secs: offset } = binds;
         crate::on_conn!(self, c, DB => {
             let query = sqlx::query_as::<_, Keys>(sql)
