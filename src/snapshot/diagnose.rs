@@ -17,6 +17,8 @@ use datafusion::parquet::arrow::arrow_reader::ArrowReaderOptions;
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::ParquetRecordBatchStreamBuilder;
 use datafusion::parquet::file::metadata::ParquetMetaData;
+use datafusion::parquet::file::page_index::column_index::ColumnIndexMetaData;
+use datafusion::parquet::file::statistics::Statistics;
 use futures::{FutureExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
@@ -60,6 +62,7 @@ async fn decode(location: &Location, relative: &str) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?;
         check_page_index(builder.metadata())?;
+        check_statistics(builder.metadata())?;
         let mut stream = builder.build().map_err(|e| e.to_string())?;
         let mut row = 0;
         while let Some(batch) = stream.try_next().await.map_err(|e| e.to_string())? {
@@ -93,6 +96,59 @@ fn check_page_index(metadata: &ParquetMetaData) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Statistics whose minimum exceeds their maximum (row group or page): the engine prunes
+/// with them and stops on an internal assertion instead of naming the file.
+fn check_statistics(metadata: &ParquetMetaData) -> Result<(), String> {
+    let inverted = |group: usize, column: usize, page: Option<usize>| {
+        let page = page.map(|p| format!(", page {p}")).unwrap_or_default();
+        Err(format!("row group {group}, column {column}{page}: statistics say min > max"))
+    };
+    for (group, row_group) in metadata.row_groups().iter().enumerate() {
+        for (column, chunk) in row_group.columns().iter().enumerate() {
+            let ordered = match chunk.statistics() {
+                Some(Statistics::Int32(s)) => ordered(s.min_opt(), s.max_opt()),
+                Some(Statistics::Int64(s)) => ordered(s.min_opt(), s.max_opt()),
+                Some(Statistics::ByteArray(s)) => {
+                    ordered(s.min_opt().map(|v| v.data()), s.max_opt().map(|v| v.data()))
+                }
+                _ => true,
+            };
+            if !ordered {
+                return inverted(group, column, None);
+            }
+        }
+    }
+    let Some(index) = metadata.column_index() else { return Ok(()) };
+    for (group, columns) in index.iter().enumerate() {
+        for (column, pages) in columns.iter().enumerate() {
+            let page_ordered = |page: usize| match pages {
+                ColumnIndexMetaData::INT32(i) => ordered(i.min_value(page), i.max_value(page)),
+                ColumnIndexMetaData::INT64(i) => ordered(i.min_value(page), i.max_value(page)),
+                ColumnIndexMetaData::BYTE_ARRAY(i) => ordered(i.min_value(page), i.max_value(page)),
+                _ => true,
+            };
+            let count = match pages {
+                ColumnIndexMetaData::INT32(i) => i.num_pages(),
+                ColumnIndexMetaData::INT64(i) => i.num_pages(),
+                ColumnIndexMetaData::BYTE_ARRAY(i) => i.num_pages(),
+                _ => 0,
+            };
+            if let Some(page) = (0..count as usize).find(|&p| !page_ordered(p)) {
+                return inverted(group, column, Some(page));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `min <= max`, or either is absent.
+fn ordered<T: PartialOrd + ?Sized>(min: Option<&T>, max: Option<&T>) -> bool {
+    match (min, max) {
+        (Some(min), Some(max)) => min <= max,
+        _ => true,
+    }
 }
 
 fn check_timestamps(batch: &RecordBatch, first_row: usize) -> Result<(), String> {
