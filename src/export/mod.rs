@@ -6,8 +6,8 @@
 //! * `connections` connections are opened and each starts a read-only REPEATABLE READ
 //!   transaction. Postgres workers join the leader's exported snapshot, so every chunk of
 //!   every table of that database is read in one snapshot. MySQL cannot share a snapshot
-//!   between connections: each starts `WITH CONSISTENT SNAPSHOT` back to back before any
-//!   read, so they differ only by rows changed in those milliseconds; `connections = 1`
+//!   between connections: they all start `WITH CONSISTENT SNAPSHOT` at once before any
+//!   read, so they differ only by transactions committed in that instant; `connections = 1`
 //!   reads everything in one snapshot. SQLite always uses one connection.
 //! * The connections read the database's sources at once ([`chunks`]): a free connection
 //!   takes the next source, checks its query (columns by name, types) by preparing it and
@@ -249,8 +249,12 @@ impl Session {
             for conn in std::iter::once(&mut *leader).chain(workers.iter_mut()) {
                 conn.execute(set_level).await.map_err(fail)?;
             }
-            for conn in std::iter::once(leader).chain(workers.iter_mut()) {
-                conn.execute(start).await.map_err(fail)?;
+            // All at once, not one round trip after another: a transaction committed
+            // between two starts is seen by one connection and not the other.
+            let starts =
+                std::iter::once(leader).chain(workers.iter_mut()).map(|c| c.execute(start));
+            for started in futures::future::join_all(starts).await {
+                started.map_err(fail)?;
             }
             return Ok(());
         }
