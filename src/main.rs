@@ -7,8 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc keeps freed batch buffers for the next ones instead of returning them to the
-/// kernel and faulting in fresh zeroed pages (see Cargo.toml).
+/// mimalloc, told by [`keep_freed_memory`] to keep the pages it frees (see Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
