@@ -1,11 +1,11 @@
-//! Decoders: which result column types fit which contract kinds, and how one row of each
-//! family is read into the batch builder.
+//! Decoders: which result column types fit which contract kinds, and how one MySQL or
+//! SQLite row is read into the batch builder (PostgreSQL rows come by COPY: `pg_copy`).
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::{MySql, MySqlRow, MySqlTypeInfo};
-use sqlx::postgres::{PgRow, PgTypeInfo, Postgres};
+use sqlx::postgres::{PgTypeInfo, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow};
-use sqlx::{Column, Decode, Row, Type, TypeInfo, ValueRef};
+use sqlx::{Decode, Row, Type, TypeInfo, ValueRef};
 
 use super::zone::{from_naive, parse_sqlite_timestamp};
 use crate::export::batch::{BatchBuilder, ValueError};
@@ -222,48 +222,6 @@ pub(super) fn mysql_value(
             }
             Decoder::UtcTimestamp | Decoder::Dynamic => {
                 Err(ValueError::Internal("unexpected decoder for MySQL".into()))
-            }
-        }
-    }
-}
-
-pub(super) fn pg_value(
-    row: &PgRow,
-    col: &ColumnRead,
-    index: usize,
-    offset: i32,
-    b: &mut BatchBuilder,
-) -> Result<(), ValueError> {
-    let named = |e: sqlx::Error| e.to_string();
-    {
-        match col.decoder {
-            Decoder::Int => {
-                let ty = row.columns()[col.ordinal].type_info().name();
-                let v = match ty {
-                    "INT2" => {
-                        row.try_get::<Option<i16>, _>(col.ordinal).map_err(named)?.map(i64::from)
-                    }
-                    "INT4" => {
-                        row.try_get::<Option<i32>, _>(col.ordinal).map_err(named)?.map(i64::from)
-                    }
-                    _ => row.try_get::<Option<i64>, _>(col.ordinal).map_err(named)?,
-                };
-                b.push_int(index, v)
-            }
-            Decoder::Text => {
-                b.push_text(index, row.try_get::<Option<&str>, _>(col.ordinal).map_err(named)?)
-            }
-            Decoder::UtcTimestamp => {
-                let v = row.try_get::<Option<DateTime<Utc>>, _>(col.ordinal).map_err(named)?;
-                b.push_timestamp(index, v.map(|t| t.timestamp_micros()))
-            }
-            Decoder::NaiveTimestamp => {
-                let v = row.try_get::<Option<NaiveDateTime>, _>(col.ordinal).map_err(named)?;
-                b.push_timestamp(index, v.map(|t| from_naive(t, offset)))
-            }
-            Decoder::Null => push_null(b, index, col.kind),
-            Decoder::UnsignedInt | Decoder::Bytes | Decoder::Dynamic => {
-                Err(ValueError::Internal("unexpected decoder for Postgres".into()))
             }
         }
     }

@@ -59,12 +59,14 @@ impl Family for Postgres {
         ResultColumn::postgres(name, ty)
     }
     fn fill(
-        row: &PgRow,
-        columns: &[ColumnRead],
-        offset: i32,
-        b: &mut BatchBuilder,
+        _row: &PgRow,
+        _columns: &[ColumnRead],
+        _offset: i32,
+        _b: &mut BatchBuilder,
     ) -> Result<(), ValueError> {
-        decode::fill_row(columns, b, |col, index, b| decode::pg_value(row, col, index, offset, b))
+        // PostgreSQL rows never come through the driver: they are read with binary COPY
+        // (`pg_copy`), whose decoder fills the builder straight from the wire.
+        Err(ValueError::Internal("PostgreSQL is read with COPY, not row by row".into()))
     }
 }
 
