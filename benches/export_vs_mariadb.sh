@@ -21,6 +21,11 @@
 #                      median is reported, with every sample (default 3: a shared VM is noisy)
 #   BENCH_BUFFER_POOL  bytes: innodb_buffer_pool_size for the run, restored at the end (as
 #                      compare.py --buffer-pool); default: leave the server's as it is
+#   BENCH_SCHEMA       recommended (default): sql/schema/mysql.sql as loaded, UTC DATETIMEs;
+#                      team: a team's own schema, the shape issue #15 quotes: the same tables
+#                      with their own column names (order_no, message_key, gmt_* times),
+#                      DATETIMEs stored as +08:00 wall time, mapped by SELECT aliases and
+#                      `timezone = "+08:00"` (the load stores +08:00 and renames the columns)
 set -euo pipefail
 
 target_dir=${CARGO_TARGET_DIR:-$HOME/.cache/effect-recon/target}
@@ -33,7 +38,13 @@ connections=${BENCH_CONNECTIONS:-4}
 pushed=${BENCH_PUSHED:-0}
 chunk_rows=${BENCH_CHUNK_ROWS:-}
 repeat=${BENCH_REPEAT:-3}
+schema=${BENCH_SCHEMA:-recommended}
 snapshot=${1:-}
+case $schema in
+  recommended) zone=+00:00 zone_hours=0 ;;
+  team) zone=+08:00 zone_hours=8 ;;
+  *) echo "BENCH_SCHEMA must be recommended or team, not '$schema'" >&2; exit 2 ;;
+esac
 
 [[ -x $bin ]] || { echo "no binary at $bin (set EFFECT_RECON_BIN or cargo build --release)" >&2; exit 2; }
 client=(mariadb --host="$host" --port="$port" --user="$user")
@@ -54,23 +65,41 @@ url="mysql://$user@$host:$port/$db"
 if [[ -n $snapshot ]]; then
   "${client[@]}" -e "DROP DATABASE IF EXISTS $db; CREATE DATABASE $db"
   echo "loading $snapshot into $db ..."
-  "$bin" load --snapshot "$snapshot" --url "$url" | tail -1
+  "$bin" load --snapshot "$snapshot" --url "$url" --timezone "$zone" | tail -1
+  if [[ $schema == team ]]; then
+    # The team's own names; indexes follow their columns.
+    "${client[@]}" "$db" -e "
+      ALTER TABLE idempotent_msg RENAME COLUMN msg_id TO message_key, RENAME COLUMN order_id TO order_no, RENAME COLUMN decided_at TO gmt_decided;
+      ALTER TABLE order_status_history RENAME COLUMN order_id TO order_no, RENAME COLUMN changed_at TO gmt_changed;
+      ALTER TABLE points_receipt RENAME COLUMN receipt_id TO receipt_no, RENAME COLUMN order_id TO order_no, RENAME COLUMN msg_id TO message_key, RENAME COLUMN created_at TO gmt_create;
+      ALTER TABLE wms_receipt RENAME COLUMN receipt_id TO receipt_no, RENAME COLUMN order_id TO order_no, RENAME COLUMN msg_id TO message_key, RENAME COLUMN created_at TO gmt_create;
+      ALTER TABLE logistics_receipt RENAME COLUMN receipt_id TO receipt_no, RENAME COLUMN order_id TO order_no, RENAME COLUMN msg_id TO message_key, RENAME COLUMN created_at TO gmt_create;"
+  fi
   cut=${BENCH_CUT:-$(sed -n 's/.*"cut": *"\([^"]*\)".*/\1/p' "$snapshot/manifest.json" | head -1)}
 else
   cut=${BENCH_CUT:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 fi
 
-# The exporter binds (cut - 1 day - 30 days, cut]; the client gets the same bounds as literals.
-lower_sql=$(date -u -d "$cut - 31 days" '+%Y-%m-%d %H:%M:%S')
-cut_sql=$(date -u -d "$cut" '+%Y-%m-%d %H:%M:%S')
+# The exporter binds (cut - 1 day - 30 days, cut] as wall time in the source's zone; the
+# client gets the same bounds as literals.
+lower_sql=$(date -u -d "$cut + $zone_hours hours - 31 days" '+%Y-%m-%d %H:%M:%S')
+cut_sql=$(date -u -d "$cut + $zone_hours hours" '+%Y-%m-%d %H:%M:%S')
 
-queries=(
+# table|name|query|the query's order_id column (for BENCH_PUSHED)
+if [[ $schema == recommended ]]; then queries=(
   "ledger|fulfilment|SELECT msg_id, order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, decided_at FROM idempotent_msg WHERE decided_at > ? AND decided_at <= ?"
   "status_history|orders|SELECT order_id, status, changed_at FROM order_status_history WHERE changed_at > ? AND changed_at <= ?"
   "receipts|points|SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM points_receipt WHERE created_at > ? AND created_at <= ?"
   "receipts|wms|SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM wms_receipt WHERE created_at > ? AND created_at <= ?"
   "receipts|logistics|SELECT receipt_id, order_id, effect, msg_id, status, created_at FROM logistics_receipt WHERE created_at > ? AND created_at <= ?"
-)
+); else queries=(
+  "ledger|fulfilment|SELECT message_key AS msg_id, order_no AS order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, gmt_decided AS decided_at FROM idempotent_msg WHERE gmt_decided > ? AND gmt_decided <= ?"
+  "status_history|orders|SELECT order_no AS order_id, status, gmt_changed AS changed_at FROM order_status_history WHERE gmt_changed > ? AND gmt_changed <= ?"
+  "receipts|points|SELECT receipt_no AS receipt_id, order_no AS order_id, effect, message_key AS msg_id, status, gmt_create AS created_at FROM points_receipt WHERE gmt_create > ? AND gmt_create <= ?"
+  "receipts|wms|SELECT receipt_no AS receipt_id, order_no AS order_id, effect, message_key AS msg_id, status, gmt_create AS created_at FROM wms_receipt WHERE gmt_create > ? AND gmt_create <= ?"
+  "receipts|logistics|SELECT receipt_no AS receipt_id, order_no AS order_id, effect, message_key AS msg_id, status, gmt_create AS created_at FROM logistics_receipt WHERE gmt_create > ? AND gmt_create <= ?"
+); fi
+key_column=$([[ $schema == team ]] && echo order_no || echo order_id)
 
 {
   echo "lookback = \"30d\""
@@ -79,8 +108,8 @@ queries=(
   if [[ -n $chunk_rows ]]; then echo "chunk_rows = $chunk_rows"; fi
   for q in "${queries[@]}"; do
     IFS='|' read -r table name sql <<<"$q"
-    if [[ $pushed == 1 ]]; then sql="$sql AND order_id BETWEEN ? AND ?"; fi
-    printf '\n[[source]]\ntable = "%s"\nname = "%s"\nurl = "%s"\nquery = """\n%s\n"""\n' "$table" "$name" "$url" "$sql"
+    if [[ $pushed == 1 ]]; then sql="$sql AND $key_column BETWEEN ? AND ?"; fi
+    printf '\n[[source]]\ntable = "%s"\nname = "%s"\nurl = "%s"\ntimezone = "%s"\nquery = """\n%s\n"""\n' "$table" "$name" "$url" "$zone" "$sql"
   done
 } >"$work/job.toml"
 
@@ -119,7 +148,7 @@ rows=$(sed -n 's/.*: \([0-9]*\) rows from.*/\1/p' "$work/export.out")
 rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
 pool=$("${client[@]}" -N -e "SELECT @@innodb_buffer_pool_size")
 data=$("${client[@]}" -N -e "SELECT SUM(data_length + index_length) FROM information_schema.tables WHERE table_schema = '$db'")
-echo "connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default} buffer_pool=$((pool >> 20))MiB data+indexes=$((data >> 20))MiB"
+echo "schema=$schema connections=$connections pushed=$pushed chunk_rows=${chunk_rows:-default} buffer_pool=$((pool >> 20))MiB data+indexes=$((data >> 20))MiB"
 printf '%-44s %12s %10s %14s\n' "reader (median of $repeat)" "rows" "seconds" "rows/s"
 printf '%-44s %12d %10.3f %14s\n' "effect-recon export (Parquet)" "$rows" "$export_secs" "$(rate "$rows" "$export_secs")"
 printf '%-44s %12d %10.3f %14s\n' "mariadb --batch --quick, ORDER BY order_id" "$rows" "$client_secs" "$(rate "$rows" "$client_secs")"

@@ -128,6 +128,12 @@ pub fn is_claim(name: &str) -> bool {
     name.starts_with(CLAIM_PREFIX)
 }
 
+/// The claim number of a local staging file of a claim (`_writing.000003#1` -> 3).
+fn staged_claim_number(name: &str) -> Option<u64> {
+    let (claim, _suffix) = name.split_once('#')?;
+    claim.strip_prefix(CLAIM_PREFIX)?.parse().ok()
+}
+
 /// The claims in `folder`, by number.
 async fn claims(folder: &Location) -> Result<Vec<(u64, String)>> {
     let listing = match folder.store().list_with_delimiter(Some(&folder.path(""))).await {
@@ -235,14 +241,23 @@ fn roots_to_clear<'a>(subfolders: &[&'a str]) -> Vec<&'a str> {
     }
 }
 
-/// Removes, under `dir`, the staging files of object_store's local puts (`name#n`).
-fn remove_staging_files(dir: &std::path::Path) {
+/// Whether `name` is a staging file of object_store's local puts (`name#n`) that a writer
+/// which did not finish left. Staging files of claims numbered `claim_number` and above
+/// are not: they belong to writers racing the claim's holder right now (their create-only
+/// put fails once it finds the claim), and deleting one under them would turn their clear
+/// "busy" into an I/O error.
+fn is_leftover_staging(name: &str, claim_number: u64) -> bool {
+    name.contains('#') && staged_claim_number(name).is_none_or(|n| n < claim_number)
+}
+
+/// Removes, under `dir`, the leftover staging files ([`is_leftover_staging`]).
+fn remove_staging_files(dir: &std::path::Path, claim_number: u64) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            remove_staging_files(&path);
-        } else if entry.file_name().to_string_lossy().contains('#') {
+            remove_staging_files(&path, claim_number);
+        } else if is_leftover_staging(&entry.file_name().to_string_lossy(), claim_number) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -251,7 +266,7 @@ fn remove_staging_files(dir: &std::path::Path) {
 /// Deletes the leftovers of a writer that did not finish, once the folder is claimed:
 /// `manifest.json` first (so no reader sees a manifest over missing files), then every
 /// object under `subfolders` (all of `folder` when empty) except claim objects.
-pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], _claim: &Claim) -> Result<()> {
+pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], claim: &Claim) -> Result<()> {
     let manifest = folder.path(crate::snapshot::MANIFEST);
     match folder.store().delete(&manifest).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
@@ -272,14 +287,14 @@ pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], _claim: &Cl
     // do not show: removed here so a rerun leaves exactly the files of its manifest.
     if let Some(dir) = folder.local_dir() {
         for root in &roots_to_clear(subfolders) {
-            remove_staging_files(&dir.join(root));
+            remove_staging_files(&dir.join(root), claim.number);
         }
         // The manifest's and the claims' own staging files, at the top.
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let ours = name.starts_with(crate::snapshot::MANIFEST) || is_claim(&name);
-                if ours && name.contains('#') && entry.path().is_file() {
+                if ours && is_leftover_staging(&name, claim.number) && entry.path().is_file() {
                     let _ = std::fs::remove_file(entry.path());
                 }
             }
@@ -295,4 +310,51 @@ pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], _claim: &Cl
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(future)
+    }
+
+    #[test]
+    fn staging_names_give_their_claim_number() {
+        assert_eq!(staged_claim_number("_writing.000003#1"), Some(3));
+        assert_eq!(staged_claim_number("_writing.000003"), None);
+        assert_eq!(staged_claim_number("manifest.json#2"), None);
+    }
+
+    #[test]
+    fn clearing_keeps_the_staging_files_of_racing_claims_and_removes_older_ones() {
+        // A run clears its whole folder, a snapshot its table folders and the top.
+        clear_with_a_racing_claim(&[]);
+        clear_with_a_racing_claim(&["ledger"]);
+    }
+
+    /// A writer racing us puts `_writing.<our number>#k` while we clear leftovers; deleting
+    /// it failed its create-only put with an I/O error instead of a clear "busy" (seen in CI).
+    fn clear_with_a_racing_claim(subfolders: &[&str]) {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = Location::parse(dir.path().to_str().unwrap()).unwrap();
+        // A killed writer's claim 0 (another boot: stale) with its staging file.
+        let dead = Holder { boot_id: "another boot".into(), ..me("snapshot writer") };
+        std::fs::write(dir.path().join(claim_name(0)), serde_json::to_vec(&dead).unwrap()).unwrap();
+        std::fs::write(dir.path().join("_writing.000000#1"), b"{}").unwrap();
+        let claim = run(Claim::acquire(&folder, "snapshot writer")).unwrap();
+        assert_eq!(claim.number, 1);
+        // A racing writer's staging file of our number, and a killed manifest put's.
+        std::fs::write(dir.path().join("_writing.000001#2"), b"{}").unwrap();
+        std::fs::write(dir.path().join("manifest.json#3"), b"{}").unwrap();
+        run(clear_leftovers(&folder, subfolders, &claim)).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["_writing.000001", "_writing.000001#2"], "{subfolders:?}");
+        run(claim.release()).unwrap();
+    }
 }
