@@ -14,7 +14,7 @@ use crate::export::load::{load_snapshot, LoadOptions};
 use crate::history::{self, HistoryLine};
 use crate::nightly::{nightly, NightlyPlan, NightlyReport};
 use crate::recon::publish::run_folder;
-use crate::session::SessionOptions;
+use crate::session::{Engine, SessionOptions};
 use crate::storage::Location;
 use crate::time::{format_compact, Micros};
 use crate::verify::{self, VerifyPlan, VerifyReport};
@@ -155,6 +155,8 @@ async fn night(
         cut,
         replace: true,
         session: SessionOptions::default(),
+        engine: Engine::InProcess,
+        check_single_node: false,
     };
     let report = nightly(&nightly_plan, events).await?;
     events.emit(Event::Demo(DemoStep::Verifying));

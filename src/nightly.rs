@@ -14,7 +14,7 @@ use crate::events::{Event, Events};
 use crate::export::{self, ExportPlan, ExportReport};
 use crate::recon::{self, RunPlan, RunReport};
 use crate::report::{self, ReportPlan, ReportWritten};
-use crate::session::SessionOptions;
+use crate::session::{Engine, SessionOptions};
 use crate::snapshot::MANIFEST;
 use crate::storage::Location;
 use crate::time::{format_compact, format_instant, Micros};
@@ -30,6 +30,10 @@ pub struct NightlyPlan {
     pub replace: bool,
     /// Engine settings of the run.
     pub session: SessionOptions,
+    /// Where the run's queries execute.
+    pub engine: Engine,
+    /// On a cluster, also run in process and fail on any difference in the outputs.
+    pub check_single_node: bool,
 }
 
 /// What a nightly job did.
@@ -89,6 +93,8 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     let mut run_plan = RunPlan::new(snapshot.clone(), root.clone(), rules);
     run_plan.replace = plan.replace;
     run_plan.session = plan.session.clone();
+    run_plan.engine = plan.engine.clone();
+    run_plan.check_single_node = plan.check_single_node;
     let run = recon::run(&run_plan, events).await?;
     events.emit(Event::RunFinished {
         findings: run.summary.findings.iter().map(|f| f.count).sum::<u64>(),

@@ -280,6 +280,39 @@ impl EngineArgs {
     }
 }
 
+/// Where a run's queries execute, shared by `run` and `nightly`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct QueryEngineArgs {
+    /// Where the queries run: in-process, or a Ballista cluster as ballista://HOST:PORT
+    /// (its executors must reach the snapshot and the output: a shared path or S3; see docs/SCALE.md).
+    #[arg(long = "engine", value_name = "ENGINE", default_value = "in-process", value_parser = parse_engine)]
+    pub engine: effect_recon::session::Engine,
+    /// With a cluster --engine: also run in process and fail (exit 2, nothing published)
+    /// on any difference in the outputs.
+    #[arg(long)]
+    pub check_single_node: bool,
+}
+
+impl QueryEngineArgs {
+    /// The engine and whether to check it against an in-process run; refuses
+    /// --check-single-node without a cluster to check.
+    pub(crate) fn choice(&self) -> anyhow::Result<(effect_recon::session::Engine, bool)> {
+        if self.check_single_node && self.engine == effect_recon::session::Engine::InProcess {
+            anyhow::bail!(
+                "--check-single-node compares a cluster run with an in-process one: it needs --engine ballista://HOST:PORT"
+            );
+        }
+        Ok((self.engine.clone(), self.check_single_node))
+    }
+}
+
+fn parse_engine(text: &str) -> Result<effect_recon::session::Engine, String> {
+    effect_recon::session::Engine::parse(text).map_err(|e| match e {
+        effect_recon::Error::Argument { message, .. } => message,
+        other => other.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::render_error;

@@ -4,13 +4,12 @@ use std::path::PathBuf;
 
 use effect_recon::config::JobConfig;
 use effect_recon::nightly::{nightly, NightlyPlan};
-use effect_recon::session::SessionOptions;
 use effect_recon::time::format_elapsed;
 
 use super::export::default_cut;
 use super::progress::{self, Detail};
 use super::statement::StatementArgs;
-use super::{parse_instant_arg, Outcome};
+use super::{parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.
 #[derive(Debug, clap::Args)]
@@ -18,7 +17,8 @@ use super::{parse_instant_arg, Outcome};
     after_help = "Each night's run follows the latest earlier run under root (docs/SEMANTICS.md).\n\
 Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE run (wins over 1).\n\
 A complete snapshot for the same cut is reused (a retry after a failed run does not export again).\n\
-Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks"
+Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks\n\
+On a Ballista cluster (root on S3 or a shared path; docs/SCALE.md):\n  effect-recon nightly --config job.toml --engine ballista://10.0.0.10:50050"
 )]
 pub(super) struct NightlyArgs {
     /// Job config TOML (root, rules, lookback, sources).
@@ -37,16 +37,23 @@ pub(super) struct NightlyArgs {
     #[arg(long, short)]
     quiet: bool,
     #[command(flatten)]
+    query_engine: QueryEngineArgs,
+    #[command(flatten)]
+    engine: EngineArgs,
+    #[command(flatten)]
     statement: StatementArgs,
 }
 
 /// Runs `effect-recon nightly`.
 pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
+    let (engine, check_single_node) = args.query_engine.choice()?;
     let plan = NightlyPlan {
         job: JobConfig::load(&args.config)?,
         cut: args.cut.unwrap_or_else(default_cut),
         replace: args.replace,
-        session: SessionOptions::default(),
+        session: args.engine.options(),
+        engine,
+        check_single_node,
     };
     args.statement.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };

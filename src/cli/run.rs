@@ -5,12 +5,13 @@ use std::path::PathBuf;
 use effect_recon::config::RuleSet;
 use effect_recon::recon::lifecycle::PreviousChoice;
 use effect_recon::recon::{self, RunPlan};
-use effect_recon::session::Engine;
 use effect_recon::storage::Location;
 
 use super::progress::{self, Detail};
 use super::statement::StatementArgs;
-use super::{parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, Outcome};
+use super::{
+    parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs,
+};
 
 /// Reconcile a snapshot and publish `<out>/run=<id>/`.
 #[derive(Debug, clap::Args)]
@@ -73,14 +74,8 @@ pub(super) struct RunArgs {
     /// makes the run INCOMPLETE.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.5, value_parser = parse_fraction)]
     max_drop: f64,
-    /// Where the queries run: in-process, or a Ballista cluster as ballista://HOST:PORT
-    /// (its executors must reach --snapshot and --out: a shared path or S3; see docs/SCALE.md).
-    #[arg(long = "engine", value_name = "ENGINE", default_value = "in-process", value_parser = parse_engine)]
-    query_engine: Engine,
-    /// With a cluster --engine: also run in process and fail (exit 2, nothing published)
-    /// on any difference in the outputs.
-    #[arg(long)]
-    check_single_node: bool,
+    #[command(flatten)]
+    query_engine: QueryEngineArgs,
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
@@ -104,13 +99,7 @@ impl RunArgs {
         plan.run_id = self.run_id.clone();
         plan.replace = self.replace;
         plan.session = self.engine.options();
-        if self.check_single_node && self.query_engine == Engine::InProcess {
-            anyhow::bail!(
-                "--check-single-node compares a cluster run with an in-process one: it needs --engine ballista://HOST:PORT"
-            );
-        }
-        plan.engine = self.query_engine.clone();
-        plan.check_single_node = self.check_single_node;
+        (plan.engine, plan.check_single_node) = self.query_engine.choice()?;
         plan.explain = self.explain;
         plan.previous = previous;
         plan.late_horizon = self.late_horizon;
@@ -118,13 +107,6 @@ impl RunArgs {
         plan.max_drop = self.max_drop;
         Ok(plan)
     }
-}
-
-fn parse_engine(text: &str) -> Result<Engine, String> {
-    Engine::parse(text).map_err(|e| match e {
-        effect_recon::Error::Argument { message, .. } => message,
-        other => other.to_string(),
-    })
 }
 
 /// Runs `effect-recon run`.

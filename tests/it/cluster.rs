@@ -4,6 +4,7 @@
 //! * The outputs equal the in-process run's byte for byte (the tiny fixture, generated
 //!   days of several seeds, a chain of nights whose previous run is staged), and
 //!   `--check-single-node` passes.
+//! * `nightly --engine` publishes the run an in-process nightly does.
 //! * Faults: a cluster that does not answer, an executor killed mid-run, a snapshot the
 //!   executors cannot reach: a clear error, exit 2, no manifest — or, for the killed
 //!   executor, outputs identical to the in-process run.
@@ -287,6 +288,72 @@ fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
     );
     let stderr = failed_run(&duplicated, &work.path().join("duplicated"), &engine);
     assert!(stderr.contains("duplicate msg_id 'm-1' (2 rows)"), "{stderr}");
+}
+
+/// `nightly --engine` exports as ever and runs on the cluster: its run folder equals an
+/// in-process nightly's (the report page aside: it names this run's paths and timings).
+#[test]
+fn nightly_on_the_cluster_publishes_the_in_process_run() {
+    use super::reliability::{job_file, sqlite_job, CUT, RUN};
+    let cluster = Cluster::start(2);
+    let engine = cluster.engine();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let job_a = sqlite_job(a.path());
+    let job_b = job_file(
+        b.path(),
+        &format!("sqlite:{}", super::reliability::demo_database().display()),
+        None,
+    );
+    let nightly = |job: &Path, extra: &[&str]| {
+        let mut args = vec!["nightly", "--config", job.to_str().unwrap(), "--cut", CUT, "-q"];
+        args.extend_from_slice(extra);
+        let output = effect_recon(&args);
+        assert_eq!(output.status.code(), Some(0), "nightly {extra:?}:\n{}", text(&output));
+        output
+    };
+    nightly(&job_a, &["--target-partitions", "2"]);
+    let output =
+        nightly(&job_b, &["--target-partitions", "2", "--engine", &engine, "--check-single-node"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("gives the same outputs as ballista://"), "{stderr}");
+    // Each nightly has its own root, so the snapshot path the manifests name differs.
+    let run_files = |root: &Path| -> Vec<(String, Vec<u8>)> {
+        let files = runs_without_timings(&root.join("recon").join(RUN));
+        let files = files.into_iter().filter(|(path, _)| !path.ends_with("report.html"));
+        files
+            .map(|(path, bytes)| match path.ends_with(".json") {
+                true => {
+                    let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                    json.as_object_mut().unwrap().remove("snapshot");
+                    (path, serde_json::to_vec_pretty(&json).unwrap())
+                }
+                false => (path, bytes),
+            })
+            .collect()
+    };
+    let (local, on_cluster) = (run_files(a.path()), run_files(b.path()));
+    let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
+    let found = names(&local);
+    assert!(found.iter().any(|p| p.starts_with("discrepancies/")), "{found:?}");
+    assert_eq!(names(&local), names(&on_cluster));
+    for ((path, x), (_, y)) in local.iter().zip(&on_cluster) {
+        assert!(x == y, "nightly: {path} differs between the in-process and the cluster run");
+    }
+
+    // --check-single-node without a cluster is refused before any work.
+    let c = tempfile::tempdir().unwrap();
+    let job_c = sqlite_job(c.path());
+    let refused = effect_recon(&[
+        "nightly",
+        "--config",
+        job_c.to_str().unwrap(),
+        "--cut",
+        CUT,
+        "--check-single-node",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs --engine ballista://"));
+    assert!(!c.path().join("recon").exists(), "a refused nightly wrote {:?}", c.path());
 }
 
 #[test]
