@@ -36,7 +36,10 @@ pub(crate) struct Cli {
 impl Cli {
     /// A cluster node serves jobs until stopped; every other command runs one job and exits.
     pub(crate) fn serves_until_stopped(&self) -> bool {
-        matches!(self.command, Command::Cluster(_))
+        #[cfg(feature = "ballista")]
+        return matches!(self.command, Command::Cluster(_));
+        #[cfg(not(feature = "ballista"))]
+        false
     }
 }
 
