@@ -41,8 +41,8 @@ repeat=${BENCH_REPEAT:-3}
 schema=${BENCH_SCHEMA:-recommended}
 snapshot=${1:-}
 case $schema in
-  recommended) zone=+00:00 zone_hours=0 ;;
-  team) zone=+08:00 zone_hours=8 ;;
+  recommended) zone=+00:00 zone_hours=0 key_column=order_id ;;
+  team) zone=+08:00 zone_hours=8 key_column=order_no ;;
   *) echo "BENCH_SCHEMA must be recommended or team, not '$schema'" >&2; exit 2 ;;
 esac
 
@@ -85,7 +85,7 @@ fi
 lower_sql=$(date -u -d "$cut + $zone_hours hours - 31 days" '+%Y-%m-%d %H:%M:%S')
 cut_sql=$(date -u -d "$cut + $zone_hours hours" '+%Y-%m-%d %H:%M:%S')
 
-# table|name|query|the query's order_id column (for BENCH_PUSHED)
+# table|name|query (BENCH_PUSHED appends the range on $key_column)
 if [[ $schema == recommended ]]; then queries=(
   "ledger|fulfilment|SELECT msg_id, order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, decided_at FROM idempotent_msg WHERE decided_at > ? AND decided_at <= ?"
   "status_history|orders|SELECT order_id, status, changed_at FROM order_status_history WHERE changed_at > ? AND changed_at <= ?"
@@ -99,7 +99,6 @@ if [[ $schema == recommended ]]; then queries=(
   "receipts|wms|SELECT receipt_no AS receipt_id, order_no AS order_id, effect, message_key AS msg_id, status, gmt_create AS created_at FROM wms_receipt WHERE gmt_create > ? AND gmt_create <= ?"
   "receipts|logistics|SELECT receipt_no AS receipt_id, order_no AS order_id, effect, message_key AS msg_id, status, gmt_create AS created_at FROM logistics_receipt WHERE gmt_create > ? AND gmt_create <= ?"
 ); fi
-key_column=$([[ $schema == team ]] && echo order_no || echo order_id)
 
 {
   echo "lookback = \"30d\""

@@ -169,10 +169,14 @@ fn runs_without_timings(out: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 fn assert_same_runs(in_process: &Path, cluster: &Path, what: &str) {
-    let (a, b) = (runs_without_timings(in_process), runs_without_timings(cluster));
+    assert_same_files(&runs_without_timings(in_process), &runs_without_timings(cluster), what);
+}
+
+/// The same files with the same bytes, at least one of them a Parquet output.
+fn assert_same_files(a: &[(String, Vec<u8>)], b: &[(String, Vec<u8>)], what: &str) {
     let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&a), names(&b), "{what}: the cluster run wrote other files");
-    for ((path, x), (_, y)) in a.iter().zip(&b) {
+    assert_eq!(names(a), names(b), "{what}: the cluster run wrote other files");
+    for ((path, x), (_, y)) in a.iter().zip(b) {
         assert!(x == y, "{what}: {path} differs between the in-process and the cluster run");
     }
     assert!(a.iter().any(|(p, _)| p.ends_with(".parquet")), "{what}: no outputs compared");
@@ -294,16 +298,11 @@ fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
 /// in-process nightly's (the report page aside: it names this run's paths and timings).
 #[test]
 fn nightly_on_the_cluster_publishes_the_in_process_run() {
-    use super::reliability::{job_file, sqlite_job, CUT, RUN};
+    use super::reliability::{sqlite_job, CUT, RUN};
     let cluster = Cluster::start(2);
     let engine = cluster.engine();
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let job_a = sqlite_job(a.path());
-    let job_b = job_file(
-        b.path(),
-        &format!("sqlite:{}", super::reliability::demo_database().display()),
-        None,
-    );
+    let (job_a, job_b) = (sqlite_job(a.path()), sqlite_job(b.path()));
     let nightly = |job: &Path, extra: &[&str]| {
         let mut args = vec!["nightly", "--config", job.to_str().unwrap(), "--cut", CUT, "-q"];
         args.extend_from_slice(extra);
@@ -332,13 +331,8 @@ fn nightly_on_the_cluster_publishes_the_in_process_run() {
             .collect()
     };
     let (local, on_cluster) = (run_files(a.path()), run_files(b.path()));
-    let names = |t: &[(String, Vec<u8>)]| t.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
-    let found = names(&local);
-    assert!(found.iter().any(|p| p.starts_with("discrepancies/")), "{found:?}");
-    assert_eq!(names(&local), names(&on_cluster));
-    for ((path, x), (_, y)) in local.iter().zip(&on_cluster) {
-        assert!(x == y, "nightly: {path} differs between the in-process and the cluster run");
-    }
+    assert!(local.iter().any(|(p, _)| p.starts_with("discrepancies/")), "no discrepancies");
+    assert_same_files(&local, &on_cluster, "nightly");
 
     // --check-single-node without a cluster is refused before any work.
     let c = tempfile::tempdir().unwrap();
