@@ -15,15 +15,13 @@ use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
 
 use crate::config::{Rule, RuleSet};
+use crate::engine::queries;
+use crate::engine::session::SessionOptions;
 use crate::error::Result;
-use crate::queries;
-use crate::session::SessionOptions;
 use crate::snapshot::Snapshot;
+use crate::stats::LagQuantiles;
 use crate::storage::Location;
-use crate::time::{format_duration, Micros};
-
-const SECOND: Micros = 1_000_000;
-const MINUTE: Micros = 60 * SECOND;
+use crate::time::{format_approx_hours, format_duration, Micros, MINUTE_MICROS, SECOND_MICROS};
 
 /// A validated request.
 #[derive(Debug, Clone)]
@@ -37,43 +35,6 @@ pub struct AdvisePlan {
     /// A row decided this long after a partition changed consumer counts as "after a
     /// rebalance".
     pub rebalance_window: Micros,
-}
-
-/// Quantiles of a lag sample, in microseconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LagQuantiles {
-    /// Sample size.
-    pub count: u64,
-    /// Median.
-    pub p50: Micros,
-    /// 90th percentile.
-    pub p90: Micros,
-    /// 99th percentile.
-    pub p99: Micros,
-    /// 99.9th percentile.
-    pub p999: Micros,
-    /// Largest.
-    pub max: Micros,
-}
-
-impl LagQuantiles {
-    /// Nearest-rank quantiles of `sample` (sorted in place).
-    pub fn of(sample: &mut [Micros]) -> LagQuantiles {
-        if sample.is_empty() {
-            return LagQuantiles::default();
-        }
-        sample.sort_unstable();
-        let n = sample.len();
-        let rank = |q: f64| sample[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
-        LagQuantiles {
-            count: n as u64,
-            p50: rank(0.5),
-            p90: rank(0.9),
-            p99: rank(0.99),
-            p999: rank(0.999),
-            max: sample[n - 1],
-        }
-    }
 }
 
 /// Messages and out-of-order ones in one group.
@@ -161,7 +122,7 @@ pub struct Advice {
 
 /// Reads the snapshot (and run) and works out the advice.
 pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
-    let ctx = crate::session::build(&SessionOptions::default())?;
+    let ctx = crate::engine::session::build(&SessionOptions::default())?;
     let snapshot = Snapshot::open(&plan.snapshot).await?;
     snapshot.register(&ctx).await?;
     let cut = snapshot.cut();
@@ -169,7 +130,7 @@ pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
     lags(&ctx, cut, &mut advice).await?;
     reorders(&ctx, cut, plan.rebalance_window, &mut advice).await?;
     if let Some(run) = &plan.run {
-        crate::explore::register_run(&ctx, run).await?;
+        crate::run_folder::reader::register(&ctx, run).await?;
         let batches = queries::collect(&ctx, queries::ADVISE_SKIP_VERDICTS, &[]).await?;
         let mut verdicts = BTreeMap::new();
         for b in &batches {
@@ -301,20 +262,23 @@ fn round_up(t: Micros, unit: Micros) -> Micros {
 /// stuck message, and a grace covering it would hold every finding back as long.
 fn advise_grace(done: &LagQuantiles, trigger: &LagQuantiles, event: &str) -> (Micros, String) {
     if done.count == 0 {
-        return (30 * MINUTE, "no effect of this rule was done in the snapshot: keep 30m".into());
+        return (
+            30 * MINUTE_MICROS,
+            "no effect of this rule was done in the snapshot: keep 30m".into(),
+        );
     }
     let base = done.p999.max(trigger.p999);
-    let advised = round_up(2 * base, MINUTE);
+    let advised = round_up(2 * base, MINUTE_MICROS);
     let arithmetic = format!(
         "2 x max(p99.9 due->receipt {}, p99.9 {event} decision lag {}) = {}, rounded up to a \
          minute = {} (n = {}; max due->receipt {} not used: a compensation by hand or a stuck \
          message)",
-        human(done.p999),
-        human(trigger.p999),
-        human(2 * base),
+        format_approx_hours(done.p999),
+        format_approx_hours(trigger.p999),
+        format_approx_hours(2 * base),
         format_duration(advised),
         done.count,
-        human(done.max)
+        format_approx_hours(done.max)
     );
     (advised, arithmetic)
 }
@@ -331,7 +295,7 @@ fn advise_n(advice: &Advice) -> (Micros, String) {
         .unwrap_or(0);
     let s = &advice.skips;
     if s.behind == 0 {
-        let n = round_up(2 * trigger_p999, SECOND);
+        let n = round_up(2 * trigger_p999, SECOND_MICROS);
         return (
             n,
             format!(
@@ -340,12 +304,12 @@ fn advise_n(advice: &Advice) -> (Micros, String) {
                  rounded up to a second = {}",
                 s.ahead,
                 s.voided,
-                human(trigger_p999),
+                format_approx_hours(trigger_p999),
                 format_duration(n)
             ),
         );
     }
-    let n = round_up(2 * s.behind_lag.max, SECOND);
+    let n = round_up(2 * s.behind_lag.max, SECOND_MICROS);
     (
         n,
         format!(
@@ -354,8 +318,8 @@ fn advise_n(advice: &Advice) -> (Micros, String) {
              below the time to the order's next status change (a re-check that sees a later \
              status skips again); the {} skips that saw a later status are not fixed by any N",
             s.behind,
-            human(s.behind_lag.max),
-            human(s.behind_lag.max),
+            format_approx_hours(s.behind_lag.max),
+            format_approx_hours(s.behind_lag.max),
             format_duration(n),
             s.ahead
         ),
@@ -405,20 +369,6 @@ fn toml_string(text: &str) -> String {
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
-/// A short human duration: `850ms`, `4.2s`, `12.0m`, `3.5h`.
-pub fn human(t: Micros) -> String {
-    let s = t as f64 / 1e6;
-    if s < 1.0 {
-        format!("{:.0}ms", s * 1000.0)
-    } else if s < 120.0 {
-        format!("{s:.2}s")
-    } else if s < 7200.0 {
-        format!("{:.1}m", s / 60.0)
-    } else {
-        format!("{:.1}h", s / 3600.0)
-    }
-}
-
 impl Advice {
     /// The report for the terminal.
     pub fn render(&self) -> String {
@@ -433,11 +383,11 @@ impl Advice {
                 "{:<18} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
                 event,
                 q.count,
-                human(q.p50),
-                human(q.p90),
-                human(q.p99),
-                human(q.p999),
-                human(q.max)
+                format_approx_hours(q.p50),
+                format_approx_hours(q.p90),
+                format_approx_hours(q.p99),
+                format_approx_hours(q.p999),
+                format_approx_hours(q.max)
             ));
         }
         let rate =
@@ -463,8 +413,8 @@ impl Advice {
              their lag p50 {} max {}), {} saw a later status (no N fixes these), {} voided \
              (correct), {} other\n",
             s.behind,
-            human(s.behind_lag.p50),
-            human(s.behind_lag.max),
+            format_approx_hours(s.behind_lag.p50),
+            format_approx_hours(s.behind_lag.max),
             s.ahead,
             s.voided,
             s.other

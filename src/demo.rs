@@ -10,17 +10,17 @@ use std::time::Instant;
 use crate::config::JobConfig;
 use crate::error::{Error, Result};
 use crate::events::{DemoStep, Event, Events};
-use crate::export::load::{load_snapshot, LoadOptions};
-use crate::history::{self, HistoryLine};
+use crate::db::load::{load_snapshot, LoadOptions};
+use crate::inspect::history::{self, HistoryLine};
 use crate::nightly::{nightly, NightlyPlan, NightlyReport};
-use crate::recon::publish::run_folder;
-use crate::session::{Engine, SessionOptions};
+use crate::run_folder::run_folder;
+use crate::engine::session::{Engine, SessionOptions};
 use crate::storage::Location;
 use crate::time::{format_compact, Micros};
 use crate::verify::{self, VerifyPlan, VerifyReport};
 use crate::workload::nights::{generate_nights, NightsPlan};
 use crate::workload::truth::TRUTH_FILE;
-use crate::workload::{self, GenPlan};
+use crate::workload::{self, WorkloadPlan};
 
 /// The embedded default job: every source in `fulfilment.db`, the nightly root `recon/`.
 pub const DEMO_JOB: &str = include_str!("../fixtures/demo/job.toml");
@@ -106,7 +106,7 @@ async fn generate(plan: &DemoPlan, layout: &DemoLayout, events: &Events) -> Resu
         orders: plan.orders,
         folder: layout.generated.display(""),
     }));
-    let mut gen_plan = GenPlan::new(layout.generated.clone(), plan.orders)?;
+    let mut gen_plan = WorkloadPlan::new(layout.generated.clone(), plan.orders)?;
     gen_plan.seed = plan.seed;
     gen_plan.incident = true;
     if plan.nights > 1 {

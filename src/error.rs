@@ -8,6 +8,9 @@ use std::fmt;
 /// Shorthand used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The cause an error variant keeps.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Everything that can go wrong in effect-recon.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,6 +49,9 @@ pub enum Error {
         file: String,
         /// What is wrong, in words.
         message: String,
+        /// The underlying error, when there is one (its text is already in `message`).
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// A column of a snapshot file breaks the contract (type, NULLs, duplicates).
@@ -57,6 +63,9 @@ pub enum Error {
         column: String,
         /// What is wrong, in words.
         message: String,
+        /// The underlying error, when there is one (its text is already in `message`).
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// A location (directory, `file://` or `s3://` URL) that cannot be used.
@@ -77,13 +86,28 @@ pub enum Error {
         message: String,
     },
 
-    /// Writing or publishing outputs failed.
+    /// Writing or publishing outputs (a run folder, a chart, a report) failed.
     #[error("output {location}: {message}")]
     Output {
         /// The location concerned.
         location: String,
         /// What is wrong, in words.
         message: String,
+        /// The underlying error, when there is one (its text is already in `message`).
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// Reading a finished run (its manifest, summary or output tables) failed.
+    #[error("run {location}: {message}")]
+    Run {
+        /// The run folder or file concerned.
+        location: String,
+        /// What is wrong, in words.
+        message: String,
+        /// The underlying error, when there is one (its text is already in `message`).
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// A database source of the exporter failed; never carries the password.
@@ -124,6 +148,9 @@ pub enum Error {
         scheduler: String,
         /// What is wrong, in words.
         message: String,
+        /// The underlying error, when there is one (its text is already in `message`).
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// Object store access failed.

@@ -8,73 +8,54 @@
 //!
 //! # Layout
 //!
-//! * [`error`] — the crate's error type; [`time`] — instants and graces.
-//! * [`events`] — typed progress events; the binary renders them (the library never prints).
-//! * [`config`] — the rules TOML (and the export job config).
-//! * [`storage`] — local directories, `file://` and `s3://` behind one [`storage::Location`].
-//! * [`claim`] — one writer at a time per run or snapshot folder (create-only claims);
-//!   [`faults`] — the test-only crash hook of the reliability suite (docs/RELIABILITY.md).
-//! * [`snapshot`] — the snapshot contract: layout, manifest, schemas, reading and writing.
-//! * [`parquet_parts`] — numbered Parquet parts with row counts and SHA-256.
-//! * [`session`] — the one place a DataFusion session is built, in process or on a
-//!   cluster ([`session::Engine`]); [`staging`] — the tables a run builds in memory,
-//!   registered so the engine can read them (Parquet under the run folder on a cluster);
-//!   [`cluster`] — the Ballista engine's client and the scheduler and executor processes
-//!   of `effect-recon cluster` (cargo feature `ballista`).
-//! * [`queries`] — the SQL of `sql/`, embedded; nothing else holds SQL.
-//! * [`udf`] — the SQL functions of our own (`key_hash`).
-//! * [`recon`] — `run`: the reconciliation, its outputs and their atomic publishing
-//!   ([`recon::publish`]: files first, manifest last).
-//! * [`run_outputs`] — a finished run's outputs read back as typed rows (publish, reopen, explain).
-//! * [`explore`] — the read-only SQL session of `effect-recon sql`.
-//! * [`timeline`] — `explain`: one order's story in time order, reorders in words.
-//! * [`nightly`] — the scheduled job: export, then run; [`demo`] — the same on a generated
-//!   day (or nights) in SQLite, verified against the ground truth.
-//! * [`history`] — the runs under an output root, one line each (the backlog over time).
-//! * [`report`] — the morning report of a run: one self-contained HTML page (askama
-//!   template, plotters SVG charts), written by `report` and into each nightly run folder.
-//! * [`metrics`] — a run's summary as a Prometheus textfile (`--metrics-file`), written
-//!   atomically; [`alert`] — one aggregate JSON message per run (`--alert-webhook`).
-//! * [`workload`] — the synthetic 24-partition workload of `effect-recon gen` (one day or
-//!   several nights of one world) with planted faults and its ground truth.
-//! * [`verify`] — a run's outputs (or a chain of runs, night by night) checked against a
-//!   ground truth.
-//! * [`export`] — database sources → Parquet snapshot (the only module using sqlx), and
-//!   the loader that puts a snapshot into a database with the recommended schema, and the
-//!   write-back tools: `publish` (tasks into the team's table) and `reopen` (the audited
-//!   ledger rollback).
+//! Every folder is a format, a boundary or a verb:
 //!
-//! The binary (`src/main.rs`, `src/cli/`) is a thin client of this library.
+//! * Foundations: [`error`] (the crate's error type), [`events`] (typed progress events;
+//!   the binary renders them, the library never prints), [`vocabulary`] (classes,
+//!   verdicts, lifecycles, resolutions, statuses and actions: one enum each), [`time`]
+//!   (instants, windows, durations and their formatting), [`stats`] (quantiles of a
+//!   sample), [`text`] (aligned text tables and CSV rows), [`config`] (the rules TOML and
+//!   the job config).
+//! * Formats: [`snapshot`] (the input contract: layout, manifest, schemas, reader, writer)
+//!   and [`run_folder`] (the output contract: tables, summary, the one writer and the one
+//!   reader of a run).
+//! * Boundaries: [`storage`] (local directories, `file://` and `s3://` behind one
+//!   [`storage::Location`], one writer per folder, Parquet parts), [`engine`] (the one
+//!   DataFusion session, the SQL of `sql/`, UDFs, staging, the Ballista cluster) and
+//!   [`db`] (every team database, both directions: export, load, publish, reopen; the only
+//!   module using sqlx).
+//! * Verbs, named as the commands: [`recon`] (`run`), [`nightly`], [`demo`], [`inspect`]
+//!   (`explain`, `sql`, `history`, `report`, and what a run hands on: metrics and the
+//!   alert).
+//! * The synthetic side: [`workload`] (`gen`: the 24-partition world with planted faults
+//!   and its independent ground truth), [`verify`] (a run or a chain of runs against the
+//!   truth), [`simulate`] (consumer policies side by side) and [`advise`] (grace and N
+//!   from a real snapshot).
+//! * [`testing`]: the crash hook of the reliability suite (docs/RELIABILITY.md).
+//!
+//! The binary (`src/main.rs`, `src/cli/`, one file per subcommand) is a thin client of
+//! this library.
 
 pub mod advise;
-pub mod alert;
-pub mod claim;
-#[cfg(feature = "ballista")]
-pub mod cluster;
 pub mod config;
+pub mod db;
 pub mod demo;
+pub mod engine;
 pub mod error;
 pub mod events;
-pub mod explore;
-pub mod export;
-pub mod faults;
-pub mod history;
-pub mod metrics;
+pub mod inspect;
 pub mod nightly;
-pub mod parquet_parts;
-pub mod queries;
 pub mod recon;
-pub mod report;
-pub mod run_outputs;
-pub mod session;
+pub mod run_folder;
 pub mod simulate;
 pub mod snapshot;
-pub mod staging;
+pub mod stats;
 pub mod storage;
+pub mod testing;
+pub mod text;
 pub mod time;
-pub mod timeline;
-pub mod udf;
 pub mod verify;
+pub mod vocabulary;
 pub mod workload;
 
 pub use datafusion;

@@ -1,7 +1,13 @@
-//! Instants and durations as the contract spells them.
+//! Instants, fixed UTC offsets and durations as the contract spells them, with every
+//! parser and formatter of them.
 //!
 //! All instants are microseconds since the Unix epoch, UTC (the contract's
-//! `Timestamp(µs, UTC)`); text is RFC 3339 with a `Z`.
+//! `Timestamp(µs, UTC)`); text is RFC 3339 with a `Z`. Durations have one formatter per
+//! shape of text: [`format_duration`] (what [`parse_duration`] reads back, `1h 30m`),
+//! [`format_whole_unit`] (one unit, `90m`), [`format_approx`] and [`format_approx_hours`]
+//! (rounded for tables, `90.0m`) and [`format_elapsed`] (a measured wall time, `1.24s`).
+//! Their outputs reach terminals, CSV files and `truth.parquet`: changing one changes
+//! those files.
 
 use chrono::{DateTime, NaiveDateTime, SecondsFormat, Utc};
 
@@ -10,8 +16,33 @@ use crate::error::{Error, Result};
 /// Microseconds since the Unix epoch, UTC.
 pub type Micros = i64;
 
+/// Microseconds in one millisecond.
+pub const MILLI_MICROS: Micros = 1_000;
+/// Microseconds in one second.
+pub const SECOND_MICROS: Micros = 1_000_000;
+/// Microseconds in one minute.
+pub const MINUTE_MICROS: Micros = 60 * SECOND_MICROS;
+/// Microseconds in one hour.
+pub const HOUR_MICROS: Micros = 60 * MINUTE_MICROS;
 /// Microseconds in one day.
-pub const DAY_MICROS: Micros = 86_400_000_000;
+pub const DAY_MICROS: Micros = 24 * HOUR_MICROS;
+
+/// Now, UTC µs.
+pub fn now_micros() -> Micros {
+    Utc::now().timestamp_micros()
+}
+
+/// The zone-less wall-time forms of [`parse_instant`] and of the database sources. They
+/// exclude each other (`T` or space; with or without seconds), so the order does not matter.
+const ZONELESS_FORMATS: [&str; 4] =
+    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"];
+
+/// Parses a zone-less wall time (`2026-11-29T16:00:00.5`, `2026-11-29 16:00`) as read at
+/// `offset_secs` east of UTC, into UTC µs; `None` when it is not one of those forms.
+pub fn parse_local(text: &str, offset_secs: i32) -> Option<Micros> {
+    let t = ZONELESS_FORMATS.iter().find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())?;
+    Some(t.and_utc().timestamp_micros() - i64::from(offset_secs) * SECOND_MICROS)
+}
 
 /// Parses an ISO 8601 / RFC 3339 instant; a value without a zone means UTC.
 pub fn parse_instant(text: &str) -> Result<Micros, String> {
@@ -19,12 +50,8 @@ pub fn parse_instant(text: &str) -> Result<Micros, String> {
     if let Ok(t) = DateTime::parse_from_rfc3339(text) {
         return Ok(t.with_timezone(&Utc).timestamp_micros());
     }
-    for format in
-        ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M"]
-    {
-        if let Ok(t) = NaiveDateTime::parse_from_str(text, format) {
-            return Ok(t.and_utc().timestamp_micros());
-        }
+    if let Some(t) = parse_local(text, 0) {
+        return Ok(t);
     }
     if let Ok(d) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
         if let Some(t) = d.and_hms_opt(0, 0, 0) {
@@ -50,6 +77,45 @@ pub fn format_compact(micros: Micros) -> String {
     }
 }
 
+/// Parses `UTC`, `Z`, `+08:00`, `-0530` or `+8` into seconds east of UTC.
+pub fn parse_offset(text: &str) -> Result<i32, String> {
+    let bad = || {
+        format!("timezone '{text}' is not a fixed offset: use UTC or ±HH:MM, e.g. +08:00 (named zones are not supported)")
+    };
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("utc") || t == "Z" {
+        return Ok(0);
+    }
+    let (sign, rest) = match t.as_bytes().first() {
+        Some(b'+') => (1, &t[1..]),
+        Some(b'-') => (-1, &t[1..]),
+        _ => return Err(bad()),
+    };
+    let digits: String = rest.chars().filter(|c| *c != ':').collect();
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) || rest.len() > 5 {
+        return Err(bad());
+    }
+    let (hours, minutes) = match digits.len() {
+        1 | 2 => (digits.parse::<i32>().map_err(|_| bad())?, 0),
+        4 => (
+            digits[..2].parse::<i32>().map_err(|_| bad())?,
+            digits[2..].parse::<i32>().map_err(|_| bad())?,
+        ),
+        _ => return Err(bad()),
+    };
+    if hours > 14 || minutes > 59 {
+        return Err(bad());
+    }
+    Ok(sign * (hours * 3600 + minutes * 60))
+}
+
+/// Formats seconds east of UTC as `+08:00`.
+pub fn format_offset(secs: i32) -> String {
+    let sign = if secs < 0 { '-' } else { '+' };
+    let abs = secs.abs();
+    format!("{sign}{:02}:{:02}", abs / 3600, (abs % 3600) / 60)
+}
+
 /// Parses a duration made of one or more `<int><unit>` parts, units `ms s m h d`
 /// (e.g. `30m`, `1h 30m`, `1d`), into microseconds.
 pub fn parse_duration(text: &str) -> Result<Micros, String> {
@@ -68,10 +134,10 @@ pub fn parse_duration(text: &str) -> Result<Micros, String> {
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(rest.len());
         let unit_micros = match &rest[..unit_len] {
-            "ms" => 1_000,
-            "s" => 1_000_000,
-            "m" => 60_000_000,
-            "h" => 3_600_000_000,
+            "ms" => MILLI_MICROS,
+            "s" => SECOND_MICROS,
+            "m" => MINUTE_MICROS,
+            "h" => HOUR_MICROS,
             "d" => DAY_MICROS,
             _ => return Err(invalid()),
         };
@@ -86,7 +152,8 @@ pub fn parse_duration(text: &str) -> Result<Micros, String> {
     Ok(total)
 }
 
-/// Formats microseconds as a short human duration (`1.24s`, `830ms`).
+/// A measured wall time, short: `830ms` below a second, else seconds to two decimals
+/// (`1.24s`, `61.50s`).
 pub fn format_elapsed(elapsed: std::time::Duration) -> String {
     let ms = elapsed.as_secs_f64() * 1000.0;
     if ms < 1000.0 {
@@ -100,10 +167,10 @@ pub fn format_elapsed(elapsed: std::time::Duration) -> String {
 pub fn format_duration(micros: Micros) -> String {
     const UNITS: [(Micros, &str); 5] = [
         (DAY_MICROS, "d"),
-        (3_600_000_000, "h"),
-        (60_000_000, "m"),
-        (1_000_000, "s"),
-        (1_000, "ms"),
+        (HOUR_MICROS, "h"),
+        (MINUTE_MICROS, "m"),
+        (SECOND_MICROS, "s"),
+        (MILLI_MICROS, "ms"),
     ];
     let mut rest = micros.max(0);
     let mut parts = Vec::new();
@@ -117,6 +184,48 @@ pub fn format_duration(micros: Micros) -> String {
         "0s".to_string()
     } else {
         parts.join(" ")
+    }
+}
+
+/// A duration in the largest unit of [`parse_duration`] that divides it, else in whole
+/// milliseconds (truncated): `2d`, `90m`, `4250ms`, `0ms`.
+pub fn format_whole_unit(micros: Micros) -> String {
+    let units = [("d", DAY_MICROS), ("h", HOUR_MICROS), ("m", MINUTE_MICROS), ("s", SECOND_MICROS)];
+    for (unit, size) in units {
+        if micros != 0 && micros % size == 0 {
+            return format!("{}{unit}", micros / size);
+        }
+    }
+    format!("{}ms", micros / MILLI_MICROS)
+}
+
+/// A duration rounded for a table: whole milliseconds below a second, then seconds below
+/// 2 minutes, minutes below 2 hours, hours below 2 days, then days, each to one decimal:
+/// `850ms`, `4.2s`, `90.0m`, `3.5h`, `2.1d`.
+pub fn format_approx(micros: Micros) -> String {
+    approx(micros, 1, true)
+}
+
+/// As [`format_approx`], but seconds to two decimals and hours the largest unit:
+/// `850ms`, `4.25s`, `90.0m`, `73.0h`.
+pub fn format_approx_hours(micros: Micros) -> String {
+    approx(micros, 2, false)
+}
+
+fn approx(micros: Micros, second_decimals: usize, days: bool) -> String {
+    // The float expressions are the ones these formats were first written with: another
+    // order of operations could round a printed value differently.
+    let s = micros as f64 / SECOND_MICROS as f64;
+    if micros < SECOND_MICROS {
+        format!("{:.0}ms", s * 1000.0)
+    } else if micros < 2 * MINUTE_MICROS {
+        format!("{s:.second_decimals$}s")
+    } else if micros < 2 * HOUR_MICROS {
+        format!("{:.1}m", s / 60.0)
+    } else if !days || micros < 2 * DAY_MICROS {
+        format!("{:.1}h", s / 3600.0)
+    } else {
+        format!("{:.1}d", s * SECOND_MICROS as f64 / DAY_MICROS as f64)
     }
 }
 
@@ -184,6 +293,90 @@ mod tests {
         for bad in ["", "30", "m", "30x", "1.5h", "-1h", "h30"] {
             assert!(parse_duration(bad).is_err(), "{bad} should be refused");
         }
+    }
+
+    /// Each format on 0, sub-second, seconds, minutes, hours and days. The strings are the
+    /// outputs of the five formatters these replaced (`simulate::human`, `advise::human`,
+    /// `night_truth::duration_text` and the two here), which reach terminals, CSV and
+    /// `truth.parquet`.
+    #[test]
+    fn duration_formats_are_pinned() {
+        let values = [
+            0,
+            499,
+            250 * MILLI_MICROS,
+            999_999,
+            SECOND_MICROS,
+            4_250_000,
+            119_999_999,
+            2 * MINUTE_MICROS,
+            90 * MINUTE_MICROS,
+            2 * HOUR_MICROS,
+            2 * DAY_MICROS - 1,
+            2 * DAY_MICROS,
+            50 * HOUR_MICROS,
+            3 * DAY_MICROS + HOUR_MICROS,
+            -5 * SECOND_MICROS,
+        ];
+        let table: Vec<[String; 4]> = values
+            .iter()
+            .map(|&t| {
+                [format_duration(t), format_whole_unit(t), format_approx(t), format_approx_hours(t)]
+            })
+            .collect();
+        let expected = [
+            ["0s", "0ms", "0ms", "0ms"],
+            ["0s", "0ms", "0ms", "0ms"],
+            ["250ms", "250ms", "250ms", "250ms"],
+            ["999ms", "999ms", "1000ms", "1000ms"],
+            ["1s", "1s", "1.0s", "1.00s"],
+            ["4s 250ms", "4250ms", "4.2s", "4.25s"],
+            ["1m 59s 999ms", "119999ms", "120.0s", "120.00s"],
+            ["2m", "2m", "2.0m", "2.0m"],
+            ["1h 30m", "90m", "90.0m", "90.0m"],
+            ["2h", "2h", "2.0h", "2.0h"],
+            ["1d 23h 59m 59s 999ms", "172799999ms", "48.0h", "48.0h"],
+            ["2d", "2d", "2.0d", "48.0h"],
+            ["2d 2h", "50h", "2.1d", "50.0h"],
+            ["3d 1h", "73h", "3.0d", "73.0h"],
+            ["0s", "-5s", "-5000ms", "-5000ms"],
+        ];
+        for ((t, got), want) in values.iter().zip(&table).zip(expected) {
+            assert_eq!(got.each_ref().map(String::as_str), want, "{t}µs");
+        }
+        let us = std::time::Duration::from_micros;
+        assert_eq!(format_elapsed(us(0)), "0ms");
+        assert_eq!(format_elapsed(us(830_000)), "830ms");
+        assert_eq!(format_elapsed(us(999_600)), "1000ms");
+        assert_eq!(format_elapsed(us(1_000_000)), "1.00s");
+        assert_eq!(format_elapsed(us(1_240_000)), "1.24s");
+        assert_eq!(format_elapsed(us(61_500_000)), "61.50s");
+        assert_eq!(format_elapsed(us(3 * DAY_MICROS as u64)), "259200.00s");
+    }
+
+    #[test]
+    fn zone_less_instants_read_in_an_offset() {
+        let t = parse_instant("2026-11-29T16:00:00Z").unwrap();
+        for text in [
+            "2026-11-30T00:00:00",
+            "2026-11-30 00:00:00.000",
+            "2026-11-30T00:00",
+            "2026-11-30 00:00",
+        ] {
+            assert_eq!(parse_local(text, 8 * 3600), Some(t), "{text}");
+            assert_eq!(parse_local(text, 0), parse_instant(text).ok(), "{text}");
+        }
+        assert_eq!(parse_local("2026-11-30", 0), None);
+        assert_eq!(parse_local("2026-11-30T00:00:00Z", 0), None);
+    }
+
+    #[test]
+    fn offsets_are_fixed() {
+        assert_eq!(parse_offset("UTC"), Ok(0));
+        assert_eq!(parse_offset("-05:30"), Ok(-(5 * 3600 + 1800)));
+        assert_eq!(parse_offset("+0800"), Ok(8 * 3600));
+        assert!(parse_offset("Asia/Shanghai").is_err());
+        assert_eq!(format_offset(-(5 * 3600 + 1800)), "-05:30");
     }
 
     #[test]

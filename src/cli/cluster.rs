@@ -2,7 +2,7 @@
 //! `run --engine ballista://HOST:PORT`. They are this binary, so every node knows our SQL
 //! functions and builds its object stores (S3 from its own `AWS_*` variables).
 
-use effect_recon::cluster::nodes::{self, ExecutorOptions, SchedulerOptions};
+use effect_recon::engine::cluster::nodes::{self, ExecutorOptions, SchedulerOptions};
 
 /// Run a node of a Ballista cluster (docs/SCALE.md).
 #[derive(Debug, clap::Args)]
@@ -75,7 +75,7 @@ struct ExecutorArgs {
 
 /// Runs `effect-recon cluster`.
 pub(super) async fn execute(args: ClusterArgs) -> anyhow::Result<super::Outcome> {
-    nodes::log_to_stderr(args.verbose);
+    log_to_stderr(args.verbose);
     match args.role {
         Role::Scheduler(a) => {
             let options = SchedulerOptions {
@@ -124,4 +124,32 @@ pub(super) async fn execute(args: ClusterArgs) -> anyhow::Result<super::Outcome>
         }
     }
     Ok(super::Outcome::Clean)
+}
+
+/// Sends the nodes' log records (Ballista logs through the `log` crate) to stderr, one
+/// line each: warnings and errors, and informational lines when `verbose`.
+fn log_to_stderr(verbose: bool) {
+    let level = if verbose { log::LevelFilter::Info } else { log::LevelFilter::Warn };
+    if log::set_logger(Box::leak(Box::new(StderrLog { level }))).is_ok() {
+        log::set_max_level(level);
+    }
+}
+
+struct StderrLog {
+    level: log::LevelFilter,
+}
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= self.level
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ");
+            eprintln!("{now} {} {}: {}", record.level(), record.target(), record.args());
+        }
+    }
+
+    fn flush(&self) {}
 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use effect_recon::demo::{demo, DemoLayout, DemoNight, DemoPlan};
-use effect_recon::history;
+use effect_recon::inspect::history;
 use effect_recon::Error;
 
 use super::progress::{self, Detail};

@@ -1,7 +1,7 @@
 //! `effect-recon explain`: one order's story in time order.
 
 use effect_recon::storage::Location;
-use effect_recon::timeline;
+use effect_recon::inspect::explain;
 
 use super::Outcome;
 
@@ -39,7 +39,7 @@ pub(super) struct ExplainArgs {
 pub(super) async fn execute(args: ExplainArgs) -> anyhow::Result<Outcome> {
     let snapshot = Location::parse(&args.snapshot)?;
     let run = args.run.as_deref().map(Location::parse).transpose()?;
-    let story = timeline::explain(&snapshot, run.as_ref(), args.order).await?;
+    let story = explain::explain(&snapshot, run.as_ref(), args.order).await?;
     match args.format {
         Format::Text => {
             print!("{}", story.render());

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 
 use effect_recon::config::JobConfig;
-use effect_recon::export::{self, ExportPlan};
+use effect_recon::db::export::{self, ExportPlan};
 use effect_recon::storage::Location;
-use effect_recon::time::{format_instant, Micros};
+use effect_recon::time::format_instant;
 
 use super::progress::{self, Detail};
-use super::{parse_instant_arg, Outcome};
+use super::{default_cut, parse_instant_arg, Outcome};
 
 /// Export the job's sources (MySQL, PostgreSQL, SQLite) into a Parquet snapshot.
 #[derive(Debug, clap::Args)]
@@ -30,12 +30,6 @@ pub(super) struct ExportArgs {
     quiet: bool,
 }
 
-/// Now, truncated to the second.
-pub(super) fn default_cut() -> Micros {
-    let now = chrono::Utc::now().timestamp();
-    now * 1_000_000
-}
-
 /// Runs `effect-recon export`.
 pub(super) async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
     let plan = ExportPlan {
@@ -53,49 +47,6 @@ pub(super) async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
         report.location,
         report.rows,
         report.sources.len(),
-        effect_recon::time::format_elapsed(report.elapsed)
-    );
-    Ok(Outcome::Clean)
-}
-
-/// Load a snapshot into a database with the recommended schema (tests, demos, benchmarks).
-#[derive(Debug, clap::Args)]
-#[command(
-    after_help = "Creates the tables of sql/schema/<driver>.sql if missing, then inserts every row.\n\
-Example:\n  effect-recon load --snapshot fixtures/tiny/snapshot --url sqlite:///tmp/day.db"
-)]
-pub(super) struct LoadArgs {
-    /// Snapshot folder to read: a directory, file:// or s3:// URL holding manifest.json.
-    #[arg(long, value_name = "DIR|URL")]
-    snapshot: String,
-    /// Target database: mysql://, postgres:// or sqlite:// URL (created for SQLite).
-    #[arg(long, value_name = "URL")]
-    url: String,
-    /// Zone of the stored wall times (MySQL DATETIME, SQLite text), e.g. +08:00.
-    #[arg(long, value_name = "OFFSET", default_value = "UTC")]
-    timezone: String,
-    /// Rows per INSERT statement.
-    #[arg(long, value_name = "ROWS", default_value_t = 500)]
-    rows_per_insert: usize,
-}
-
-/// Runs `effect-recon load`.
-pub(super) async fn execute_load(args: LoadArgs) -> anyhow::Result<Outcome> {
-    let offset = effect_recon::config::job::parse_offset(&args.timezone)
-        .map_err(|m| effect_recon::Error::argument("--timezone", m))?;
-    let options = export::load::LoadOptions {
-        utc_offset_secs: offset,
-        rows_per_insert: args.rows_per_insert,
-        create_schema: true,
-    };
-    let report =
-        export::load::load_snapshot(&Location::parse(&args.snapshot)?, &args.url, &options).await?;
-    for (table, rows) in &report.tables {
-        println!("{table}: {rows} rows");
-    }
-    println!(
-        "loaded {} rows in {}",
-        report.rows(),
         effect_recon::time::format_elapsed(report.elapsed)
     );
     Ok(Outcome::Clean)

@@ -1,6 +1,6 @@
 //! `effect-recon history`: the runs under an output root, one line each, in cut order.
 
-use effect_recon::history;
+use effect_recon::inspect::history;
 use effect_recon::storage::Location;
 
 use super::Outcome;

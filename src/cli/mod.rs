@@ -7,8 +7,8 @@ mod cluster;
 mod demo;
 mod explain;
 mod export;
-mod gen;
 mod history;
+mod load;
 mod nightly;
 mod progress;
 mod publish;
@@ -17,8 +17,11 @@ mod report;
 mod run;
 mod simulate;
 mod sql;
-mod statement;
+mod notify;
 mod verify;
+mod workload;
+
+use effect_recon::time::Micros;
 
 use std::process::ExitCode;
 
@@ -50,7 +53,7 @@ enum Command {
     /// Query a snapshot (and a run's outputs) with read-only SQL.
     Sql(sql::SqlArgs),
     /// Generate a synthetic snapshot with planted faults and its ground truth.
-    Gen(gen::GenArgs),
+    Gen(workload::WorkloadArgs),
     /// Check a run against the ground truth of gen.
     Verify(verify::VerifyArgs),
     /// The main job on the embedded default: a generated day in SQLite, nightly (export, run), verify.
@@ -62,7 +65,7 @@ enum Command {
     /// The runs under an output root, one line each: NEW, PERSISTING, resolved, open backlog.
     History(history::HistoryArgs),
     /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
-    Load(export::LoadArgs),
+    Load(load::LoadArgs),
     /// Publish a run's compensation tasks into the team's task table (idempotent).
     Publish(publish::PublishArgs),
     /// Reopen the ledger rows of wrong skips (SKIPPED -> REVOKED), audited; dry run unless --apply.
@@ -104,10 +107,10 @@ impl Outcome {
 
     /// The outcome of a published run: INCOMPLETE wins over BREAK findings.
     pub(crate) fn of_run(
-        summary: &effect_recon::recon::summary::Summary,
+        summary: &effect_recon::run_folder::summary::Summary,
         fail_on_breaks: bool,
     ) -> Self {
-        use effect_recon::recon::lifecycle::RunStatus;
+        use effect_recon::vocabulary::RunStatus;
         if summary.status == RunStatus::Incomplete {
             eprintln!(
                 "exit 3: the run is INCOMPLETE ({} failed self-checks)",
@@ -129,12 +132,12 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
     match cli.command {
         Command::Run(args) => run::execute(args).await,
         Command::Sql(args) => sql::execute(args).await,
-        Command::Gen(args) => gen::execute(args).await,
+        Command::Gen(args) => workload::execute(args).await,
         Command::Verify(args) => verify::execute(args).await,
         Command::Demo(args) => demo::execute(args).await,
         Command::Export(args) => export::execute(args).await,
         Command::Nightly(args) => nightly::execute(args).await,
-        Command::Load(args) => export::execute_load(args).await,
+        Command::Load(args) => load::execute(args).await,
         Command::History(args) => history::execute(args).await,
         Command::Publish(args) => publish::execute(args).await,
         Command::Reopen(args) => reopen::execute(args).await,
@@ -242,6 +245,11 @@ pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
 }
 
 /// Parses an instant argument; a date alone is midnight UTC, and the user is told so.
+/// The default cut of `export` and `nightly`: now, truncated to the second.
+pub(crate) fn default_cut() -> Micros {
+    chrono::Utc::now().timestamp() * 1_000_000
+}
+
 pub(crate) fn parse_instant_arg(text: &str) -> Result<i64, String> {
     let instant = effect_recon::time::parse_instant(text)?;
     if chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").is_ok() {
@@ -270,8 +278,8 @@ pub(crate) struct EngineArgs {
 
 impl EngineArgs {
     /// The library's session options.
-    pub(crate) fn options(&self) -> effect_recon::session::SessionOptions {
-        let mut options = effect_recon::session::SessionOptions::default();
+    pub(crate) fn options(&self) -> effect_recon::engine::session::SessionOptions {
+        let mut options = effect_recon::engine::session::SessionOptions::default();
         if let Some(n) = self.target_partitions {
             options.target_partitions = n;
         }
@@ -289,7 +297,7 @@ pub(crate) struct QueryEngineArgs {
     /// Where the queries run: in-process, or a Ballista cluster as ballista://HOST:PORT
     /// (its executors must reach the snapshot and the output: a shared path or S3; see docs/SCALE.md).
     #[arg(long = "engine", value_name = "ENGINE", default_value = "in-process", value_parser = parse_engine)]
-    pub engine: effect_recon::session::Engine,
+    pub engine: effect_recon::engine::session::Engine,
     /// With a cluster --engine: also run in process and fail (exit 2, nothing published)
     /// on any difference in the outputs.
     #[arg(long)]
@@ -299,8 +307,8 @@ pub(crate) struct QueryEngineArgs {
 impl QueryEngineArgs {
     /// The engine and whether to check it against an in-process run; refuses
     /// --check-single-node without a cluster to check.
-    pub(crate) fn choice(&self) -> anyhow::Result<(effect_recon::session::Engine, bool)> {
-        if self.check_single_node && self.engine == effect_recon::session::Engine::InProcess {
+    pub(crate) fn choice(&self) -> anyhow::Result<(effect_recon::engine::session::Engine, bool)> {
+        if self.check_single_node && self.engine == effect_recon::engine::session::Engine::InProcess {
             anyhow::bail!(
                 "--check-single-node compares a cluster run with an in-process one: it needs --engine ballista://HOST:PORT"
             );
@@ -309,8 +317,8 @@ impl QueryEngineArgs {
     }
 }
 
-fn parse_engine(text: &str) -> Result<effect_recon::session::Engine, String> {
-    effect_recon::session::Engine::parse(text).map_err(|e| match e {
+fn parse_engine(text: &str) -> Result<effect_recon::engine::session::Engine, String> {
+    effect_recon::engine::session::Engine::parse(text).map_err(|e| match e {
         effect_recon::Error::Argument { message, .. } => message,
         other => other.to_string(),
     })

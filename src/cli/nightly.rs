@@ -6,10 +6,9 @@ use effect_recon::config::JobConfig;
 use effect_recon::nightly::{nightly, NightlyPlan};
 use effect_recon::time::format_elapsed;
 
-use super::export::default_cut;
 use super::progress::{self, Detail};
-use super::statement::StatementArgs;
-use super::{parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs};
+use super::notify::NotifyArgs;
+use super::{default_cut, parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.
 #[derive(Debug, clap::Args)]
@@ -41,7 +40,7 @@ pub(super) struct NightlyArgs {
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
-    statement: StatementArgs,
+    notify: NotifyArgs,
 }
 
 /// Runs `effect-recon nightly`.
@@ -55,13 +54,13 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
         engine,
         check_single_node,
     };
-    args.statement.validate()?;
+    args.notify.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };
     let report = nightly(&plan, &progress::stderr("nightly: ", detail)).await?;
     print!("{}", report.run.summary.render());
     println!("outputs: {}", report.run.folder);
     super::report::print_written(&report.report);
-    args.statement.deliver(&report.run, &report.root, args.quiet).await;
+    args.notify.deliver(&report.run, &report.root, args.quiet).await;
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
     Ok(Outcome::of_run(&report.run.summary, args.fail_on_breaks))
 }

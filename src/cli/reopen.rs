@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use effect_recon::config::JobConfig;
-use effect_recon::export::db::WriteTarget;
-use effect_recon::export::reopen::{
+use effect_recon::db::WriteTarget;
+use effect_recon::db::reopen::{
     self, ItemStatus, LedgerColumns, ReopenMode, ReopenPlan, ReopenReport, DEFAULT_AUDIT_TABLE,
     DEFAULT_LEDGER_TABLE,
 };

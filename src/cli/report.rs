@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use effect_recon::report::{self, ReportPlan, ReportWritten};
+use effect_recon::inspect::report::{self, ReportPlan, ReportWritten};
 use effect_recon::storage::Location;
 
 use super::Outcome;

@@ -8,7 +8,7 @@ use effect_recon::recon::{self, RunPlan};
 use effect_recon::storage::Location;
 
 use super::progress::{self, Detail};
-use super::statement::StatementArgs;
+use super::notify::NotifyArgs;
 use super::{
     parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs,
 };
@@ -79,7 +79,7 @@ pub(super) struct RunArgs {
     #[command(flatten)]
     engine: EngineArgs,
     #[command(flatten)]
-    statement: StatementArgs,
+    notify: NotifyArgs,
 }
 
 impl RunArgs {
@@ -112,7 +112,7 @@ impl RunArgs {
 /// Runs `effect-recon run`.
 pub(super) async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
     let plan = args.plan()?;
-    args.statement.validate()?;
+    args.notify.validate()?;
     let detail = if args.quiet { Detail::Warnings } else { Detail::All };
     let report = recon::run(&plan, &progress::stderr("", detail)).await?;
     for (name, plan) in &report.plans {
@@ -120,6 +120,6 @@ pub(super) async fn execute(args: RunArgs) -> anyhow::Result<Outcome> {
     }
     print!("{}", report.summary.render());
     println!("outputs: {}", report.folder);
-    args.statement.deliver(&report, &plan.out, args.quiet).await;
+    args.notify.deliver(&report, &plan.out, args.quiet).await;
     Ok(Outcome::of_run(&report.summary, args.fail_on_breaks))
 }

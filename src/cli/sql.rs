@@ -9,7 +9,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use effect_recon::config::RuleSet;
 use effect_recon::datafusion;
 use effect_recon::datafusion::prelude::SessionContext;
-use effect_recon::explore;
+use effect_recon::inspect;
 use effect_recon::storage::Location;
 
 use super::{EngineArgs, Outcome};
@@ -87,16 +87,16 @@ pub(super) async fn execute(args: SqlArgs) -> anyhow::Result<Outcome> {
     let run = args.run.as_deref().map(Location::parse).transpose()?;
     let snapshot = match (&args.snapshot, &run) {
         (Some(snapshot), _) => Location::parse(snapshot)?,
-        (None, Some(run)) => Location::parse(&explore::judged_snapshot(run).await?)?,
+        (None, Some(run)) => Location::parse(&inspect::sql::judged_snapshot(run).await?)?,
         (None, None) => bail!("--snapshot or --run is required"),
     };
     let rules = RuleSet::load(args.rules.as_deref())?;
     let options = match args.engine.memory_limit {
         Some(_) => args.engine.options(),
-        None => args.engine.options().with_memory_limit(explore::DEFAULT_MEMORY_LIMIT),
+        None => args.engine.options().with_memory_limit(inspect::sql::DEFAULT_MEMORY_LIMIT),
     };
-    let ctx = explore::open(&snapshot, run.as_ref(), &rules, &options).await?;
-    let limit = options.memory_limit.unwrap_or(explore::DEFAULT_MEMORY_LIMIT);
+    let ctx = inspect::sql::open(&snapshot, run.as_ref(), &rules, &options).await?;
+    let limit = options.memory_limit.unwrap_or(inspect::sql::DEFAULT_MEMORY_LIMIT);
     match statements {
         Some(statements) => {
             let label = statements.len() > 1;
@@ -128,7 +128,7 @@ async fn run_statement(
     limit: usize,
 ) -> anyhow::Result<()> {
     use futures::StreamExt;
-    let frame = explore::read_only_query(ctx, sql).await?;
+    let frame = inspect::sql::read_only_query(ctx, sql).await?;
     let failed = |e| effect_recon::Error::query("sql", e);
     let mut stream = frame.execute_stream().await.map_err(failed)?;
     if args.output.is_none() && matches!(args.format, Format::Csv | Format::Json) {
@@ -203,7 +203,7 @@ fn write_batches<W: Write + Send>(
                 Some(batch) => batch.schema(),
                 None => bail!("the query returned no schema to write"),
             };
-            let props = effect_recon::parquet_parts::writer_properties();
+            let props = effect_recon::storage::parquet_parts::writer_properties();
             let mut writer =
                 datafusion::parquet::arrow::ArrowWriter::try_new(out, schema, Some(props))?;
             for batch in batches {

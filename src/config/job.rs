@@ -4,7 +4,7 @@
 //! Invariants after [`JobConfig::load`]: every table has at least one source; source names
 //! are safe folder names and unique per table; no URL carries a password (passwords only
 //! come from `password_env`, read at connect time); every timezone is a fixed offset.
-//! This module holds no database code: [`crate::export`] is the only one that connects.
+//! This module holds no database code: [`crate::db::export`] is the only one that connects.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use url::Url;
 
 use crate::error::{Error, Result};
 use crate::snapshot::Table;
-use crate::time::{parse_duration, Micros, DAY_MICROS};
+use crate::time::{parse_duration, parse_offset, Micros, DAY_MICROS};
 
 /// Default `lookback` when the file does not set one.
 pub const DEFAULT_LOOKBACK: &str = "30d";
@@ -97,7 +97,7 @@ impl Default for ExportSettings {
             // per source 23.8 s. Chunk only sources too large for one sorted read.
             chunk_rows: 4_000_000,
             batch_rows: 8192,
-            rows_per_file: crate::parquet_parts::ROWS_PER_FILE,
+            rows_per_file: crate::storage::parquet_parts::ROWS_PER_FILE,
             connect_timeout: 30_000_000,
             verify_counts: true,
         }
@@ -314,45 +314,6 @@ fn resolve_sqlite(url: &str, base: &Path) -> String {
     out
 }
 
-/// Parses `UTC`, `Z`, `+08:00`, `-0530` or `+8` into seconds east of UTC.
-pub fn parse_offset(text: &str) -> Result<i32, String> {
-    let bad = || {
-        format!("timezone '{text}' is not a fixed offset: use UTC or ±HH:MM, e.g. +08:00 (named zones are not supported)")
-    };
-    let t = text.trim();
-    if t.eq_ignore_ascii_case("utc") || t == "Z" {
-        return Ok(0);
-    }
-    let (sign, rest) = match t.as_bytes().first() {
-        Some(b'+') => (1, &t[1..]),
-        Some(b'-') => (-1, &t[1..]),
-        _ => return Err(bad()),
-    };
-    let digits: String = rest.chars().filter(|c| *c != ':').collect();
-    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) || rest.len() > 5 {
-        return Err(bad());
-    }
-    let (hours, minutes) = match digits.len() {
-        1 | 2 => (digits.parse::<i32>().map_err(|_| bad())?, 0),
-        4 => (
-            digits[..2].parse::<i32>().map_err(|_| bad())?,
-            digits[2..].parse::<i32>().map_err(|_| bad())?,
-        ),
-        _ => return Err(bad()),
-    };
-    if hours > 14 || minutes > 59 {
-        return Err(bad());
-    }
-    Ok(sign * (hours * 3600 + minutes * 60))
-}
-
-/// Formats seconds east of UTC as `+08:00`.
-pub fn format_offset(secs: i32) -> String {
-    let sign = if secs < 0 { '-' } else { '+' };
-    let abs = secs.abs();
-    format!("{sign}{:02}:{:02}", abs / 3600, (abs % 3600) / 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,14 +374,5 @@ query = "SELECT 1 WHERE ? < ?"
                 .unwrap();
         assert_eq!(job.sources.len(), 5);
         assert_eq!(job.export, ExportSettings::default());
-    }
-
-    #[test]
-    fn offsets_are_fixed() {
-        assert_eq!(parse_offset("UTC"), Ok(0));
-        assert_eq!(parse_offset("-05:30"), Ok(-(5 * 3600 + 1800)));
-        assert_eq!(parse_offset("+0800"), Ok(8 * 3600));
-        assert!(parse_offset("Asia/Shanghai").is_err());
-        assert_eq!(format_offset(-(5 * 3600 + 1800)), "-05:30");
     }
 }

@@ -11,12 +11,11 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
-use serde::{Deserialize, Serialize};
 
-use super::outputs::OutputTable;
-use super::summary::Summary;
+use crate::run_folder::OutputTable;
+use crate::run_folder::summary::Summary;
 use crate::error::{Error, Result};
-use crate::recon::publish::{
+use crate::run_folder::{
     complete_runs, read_run_manifest, read_run_summary, RunManifest, SUMMARY,
 };
 use crate::snapshot::SnapshotStats;
@@ -47,27 +46,6 @@ pub enum PreviousChoice {
     Folder(Location),
     /// None: the run starts a chain (`--no-previous`).
     None,
-}
-
-/// Whether a run's inputs looked whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum RunStatus {
-    /// Every self-check passed.
-    #[default]
-    Complete,
-    /// Some self-check failed: the run is published but never green (exit 3).
-    Incomplete,
-}
-
-impl RunStatus {
-    /// The status as written in `summary.json` and `manifest.json`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Complete => "COMPLETE",
-            RunStatus::Incomplete => "INCOMPLETE",
-        }
-    }
 }
 
 /// A complete earlier run, validated for following.
@@ -127,7 +105,7 @@ impl PreviousRun {
             return Err(fail(why.to_string()));
         }
         let manifest = read_run_manifest(folder).await.map_err(|e| match e {
-            Error::Output { message, .. } => fail(message),
+            Error::Run { message, .. } => fail(message),
             other => other,
         })?;
         let cut = parse_instant(&manifest.cut).map_err(|e| fail(format!("cut: {e}")))?;
@@ -145,7 +123,7 @@ impl PreviousRun {
             }
         }
         let summary = read_run_summary(folder).await.map_err(|e| match e {
-            Error::Output { message, .. } => fail(format!("{SUMMARY}: {message}")),
+            Error::Run { message, .. } => fail(format!("{SUMMARY}: {message}")),
             other => other,
         })?;
         Ok(PreviousRun { folder: folder.clone(), manifest, summary, cut, origin })
@@ -168,7 +146,7 @@ impl PreviousRun {
             let frame = frame.select_columns(&columns).map_err(context)?;
             let batches = frame.collect().await.map_err(context)?;
             let batch = table.conform(&batches)?;
-            crate::staging::register_batches(ctx, name, batch.schema(), vec![batch]).await?;
+            crate::engine::staging::register_batches(ctx, name, batch.schema(), vec![batch]).await?;
         }
         Ok(())
     }
@@ -235,7 +213,7 @@ pub async fn register_empty(ctx: &SessionContext) -> Result<()> {
     for (name, table) in PREVIOUS_TABLES {
         let schema = table.schema();
         let empty = RecordBatch::new_empty(Arc::clone(&schema));
-        crate::staging::register_batches(ctx, name, schema, vec![empty]).await?;
+        crate::engine::staging::register_batches(ctx, name, schema, vec![empty]).await?;
     }
     Ok(())
 }

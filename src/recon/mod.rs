@@ -2,14 +2,11 @@
 //! and resolved findings out (docs/SEMANTICS.md, docs/OUTPUTS.md).
 //!
 //! The semantics live in the SQL of `sql/`; this module binds the cut and window,
-//! executes the queries in order and hands the results to [`publish`].
+//! executes the queries in order and hands the results to [`crate::run_folder::writer`].
 
 pub mod lifecycle;
-pub mod outputs;
-pub mod publish;
 pub mod rule_check;
 pub mod rules_table;
-pub mod summary;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,17 +25,18 @@ use datafusion::prelude::SessionContext;
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
 use crate::events::{Event, Events};
-use crate::queries::{self, Param, Query};
-use crate::recon::publish::{RunIdentity, RunManifest, RunPublisher};
-use crate::session::{self, Engine, SessionOptions};
+use crate::engine::queries::{self, Param, Query};
+use crate::run_folder::{self, RunIdentity, RunManifest, RunPublisher};
+use crate::engine::session::{self, Engine, SessionOptions};
 use crate::snapshot::{Snapshot, SnapshotStats, UTC};
-use crate::staging::{self, Staging};
+use crate::engine::staging::{self, Staging};
 use crate::storage::Location;
 pub use crate::time::Window;
 use crate::time::{format_compact, format_duration, format_instant, Micros, DAY_MICROS};
-use lifecycle::{Chain, PreviousChoice, PreviousRun, RunStatus, SelfCheckLimits};
-use outputs::OutputTable;
-use summary::{Summary, SUMMARY_FORMAT};
+use crate::vocabulary::RunStatus;
+use lifecycle::{Chain, PreviousChoice, PreviousRun, SelfCheckLimits};
+use crate::run_folder::tables::{self as outputs, OutputTable};
+use crate::run_folder::summary::{self, Summary, SUMMARY_FORMAT};
 
 /// A validated request to reconcile one snapshot.
 #[derive(Debug, Clone)]
@@ -195,7 +193,7 @@ async fn run_unnamed(plan: &RunPlan, events: &Events) -> Result<RunReport> {
         Preparation::AlreadyDone { folder, manifest } => {
             // A rerun of a run that finished (a scheduler retrying after a crash that came
             // after the manifest): its outputs are already the ones this run would write.
-            let summary = publish::read_run_summary(&folder).await?;
+            let summary = run_folder::read_run_summary(&folder).await?;
             let folder = folder.display("");
             events.emit(Event::RunAlreadyDone { folder: folder.clone() });
             return Ok(RunReport { summary, manifest: *manifest, folder, plans: vec![] });
@@ -240,6 +238,7 @@ fn on_cluster(plan: &RunPlan, e: Error) -> Error {
                 plan.snapshot.display(""),
                 plan.out.display("")
             ),
+            source: Some(source),
         },
         (_, e) => e,
     }
@@ -366,8 +365,8 @@ impl Prepared {
         let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
         check_run_id(&run_id)?;
         if !plan.replace {
-            let folder = plan.out.join(&publish::run_folder(&run_id));
-            if let Some(manifest) = publish::existing_run(&folder).await? {
+            let folder = plan.out.join(&run_folder::run_folder(&run_id));
+            if let Some(manifest) = run_folder::existing_run(&folder).await? {
                 let same_inputs = manifest.snapshot == plan.snapshot.display("")
                     && manifest.cut == format_instant(window.cut)
                     && manifest.since == format_instant(window.since)

@@ -11,7 +11,7 @@ use datafusion::prelude::SessionContext;
 
 use crate::config::RuleSet;
 use crate::error::Result;
-use crate::queries::{self, Param};
+use crate::engine::queries::{self, Param};
 
 /// What the check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,6 +5,7 @@ use plotters::prelude::*;
 
 use super::PolicyReport;
 use crate::error::{Error, Result};
+use crate::time::{Micros, SECOND_MICROS};
 
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -17,8 +18,13 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+/// A duration in seconds, for an axis.
+fn seconds(t: Micros) -> f64 {
+    t as f64 / SECOND_MICROS as f64
+}
+
 fn chart_error(e: impl std::fmt::Display) -> Error {
-    Error::Output { location: "chart".into(), message: e.to_string() }
+    Error::Output { location: "chart".into(), message: e.to_string(), source: None }
 }
 
 /// One panel of horizontal bars: `values` per label, the first label on top.
@@ -118,10 +124,8 @@ pub fn time_to_correct_svg(reports: &[PolicyReport], title: &str) -> Result<Stri
     {
         let root = SVGBackend::with_string(&mut svg, (900, 520)).into_drawing_area();
         root.fill(&WHITE).map_err(chart_error)?;
-        let max =
-            reports.iter().filter_map(|r| r.ttc_sample.last()).copied().max().unwrap_or(1_000_000)
-                as f64
-                / 1e6;
+        let longest = reports.iter().filter_map(|r| r.ttc_sample.last()).copied().max();
+        let max = seconds(longest.unwrap_or(SECOND_MICROS));
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 18))
             .margin(15)
@@ -144,7 +148,7 @@ pub fn time_to_correct_svg(reports: &[PolicyReport], title: &str) -> Result<Stri
                 .iter()
                 .enumerate()
                 .filter(|(k, _)| k % step == 0 || *k + 1 == r.ttc_sample.len())
-                .map(|(k, t)| ((*t as f64 / 1e6).max(0.1), (k + 1) as f64 / n))
+                .map(|(k, t)| (seconds(*t).max(0.1), (k + 1) as f64 / n))
                 .collect();
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))
@@ -177,7 +181,7 @@ pub fn sweep_svg(reports: &[PolicyReport], title: &str) -> Result<String> {
         let panels = root.split_evenly((3, 1));
         let labels: Vec<String> = reports.iter().map(|r| r.label.clone()).collect();
         let lost: Vec<f64> = reports.iter().map(|r| r.outcome.lost as f64).collect();
-        let p99: Vec<f64> = reports.iter().map(|r| r.ttc.p99 as f64 / 1e6).collect();
+        let p99: Vec<f64> = reports.iter().map(|r| seconds(r.ttc.p99)).collect();
         let ops: Vec<f64> = reports
             .iter()
             .map(|r| r.per_1000(r.outcome.reads + r.outcome.writes + r.outcome.extra_messages))

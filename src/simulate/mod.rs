@@ -11,24 +11,23 @@ mod chart;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::advise::LagQuantiles;
 use crate::config::RuleSet;
+use crate::engine::session::SessionOptions;
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::recon::lifecycle::PreviousChoice;
-use crate::recon::publish::run_folder;
 use crate::recon::{self, RunPlan};
-use crate::session::SessionOptions;
+use crate::run_folder::run_folder;
+use crate::stats::LagQuantiles;
 use crate::storage::Location;
-use crate::time::{Micros, DAY_MICROS};
+use crate::text::{csv_row, text_table};
+use crate::time::{format_approx, Micros, HOUR_MICROS, SECOND_MICROS};
 use crate::verify::{self, VerifyPlan};
 use crate::workload::truth::TRUTH_FILE;
-use crate::workload::world::{Lag, OrderRows, Policy, PolicyOutcome, World};
-use crate::workload::{self as gen, FaultRates, GenPlan};
+use crate::workload::world::{Fault, Lag, OrderRows, Policy, PolicyOutcome, World};
+use crate::workload::{self, WorkloadPlan};
 
 pub use chart::{policies_svg, sweep_svg, time_to_correct_svg};
-
-const HOUR: Micros = 3_600_000_000;
 
 /// The policies of the issue, in its order.
 pub const DEFAULT_POLICIES: &str =
@@ -44,7 +43,7 @@ pub const SWEEP_INTERVAL: [&str; 6] = ["30s", "1m", "5m", "15m", "1h", "6h"];
 #[derive(Debug, Clone)]
 pub struct SimPlan {
     /// Orders, seed, cut, topic layout, fault rates (`out` is unused).
-    pub gen: GenPlan,
+    pub workload: WorkloadPlan,
     /// The policies, each with the text it was given as.
     pub policies: Vec<(String, Policy)>,
     /// Rebalances of the consumer group per hour (`None`: one every 3 hours); the reorder
@@ -61,11 +60,12 @@ pub struct SimPlan {
 impl SimPlan {
     /// A plan of `orders` orders, seed `seed`, with the incident planted, no net.
     pub fn new(orders: u64, seed: u64, policies: &str) -> Result<SimPlan> {
-        let mut gen = GenPlan::new(Location::parse("/tmp/effect-recon-simulate-unused")?, orders)?;
-        gen.seed = seed;
-        gen.incident = true;
+        let mut workload =
+            WorkloadPlan::new(Location::parse("/tmp/effect-recon-simulate-unused")?, orders)?;
+        workload.seed = seed;
+        workload.incident = true;
         Ok(SimPlan {
-            gen,
+            workload,
             policies: parse_policies(policies)?,
             rebalances_per_hour: None,
             lag: Lag::default(),
@@ -79,18 +79,19 @@ impl SimPlan {
         let mut world =
             self.gen_plan().world(rules).with_lag(self.lag).with_read_lag(self.read_lag);
         if let Some(rate) = self.rebalances_per_hour {
-            world = world.with_rebalance_period((HOUR as f64 / rate).round() as Micros);
+            world = world.with_rebalance_period((HOUR_MICROS as f64 / rate).round() as Micros);
         }
         Ok(world)
     }
 
     /// The generator plan with the fault rates scaled to the rebalance rate.
-    fn gen_plan(&self) -> GenPlan {
-        let mut plan = self.gen.clone();
+    fn gen_plan(&self) -> WorkloadPlan {
+        let mut plan = self.workload.clone();
         if let Some(rate) = self.rebalances_per_hour {
             let scale = rate * 3.0;
-            plan.rates.reorder = (plan.rates.reorder * scale).min(0.5);
-            plan.rates.compensated = (plan.rates.compensated * scale).min(0.2);
+            let rates = &mut plan.rates;
+            rates.set(Fault::Reorder, (rates.rate(Fault::Reorder) * scale).min(0.5));
+            rates.set(Fault::Compensated, (rates.rate(Fault::Compensated) * scale).min(0.2));
         }
         plan
     }
@@ -254,7 +255,7 @@ pub async fn sweep(plan: &SimPlan) -> Result<Vec<PolicyReport>> {
 fn simulate_world(plan: &SimPlan, world: &World, policy: &Policy, outcome: &mut PolicyOutcome) {
     let mut offsets = vec![0i64; world.partitions() as usize];
     let mut order = OrderRows::default();
-    for order_id in plan.gen.order_ids() {
+    for order_id in plan.workload.order_ids() {
         world.simulate_under(policy, order_id, &mut offsets, &mut order, outcome);
     }
 }
@@ -277,7 +278,7 @@ async fn net(
     let mut gen_plan = plan.gen_plan();
     gen_plan.out = folder.join("snapshot");
     gen_plan.replace = true;
-    gen::generate_under(&gen_plan, world, policy, outcome).await?;
+    workload::generate_under(&gen_plan, world, policy, outcome).await?;
     let runs = folder.join("runs");
     runs.delete_all().await?;
     let mut run_plan = RunPlan::new(gen_plan.out.clone(), runs.clone(), RuleSet::default_rules()?);
@@ -306,25 +307,9 @@ async fn net(
     })
 }
 
-/// `d` as a short human duration: `850ms`, `4.2s`, `12m`, `3.5h`, `2.1d`.
-pub fn human(d: Micros) -> String {
-    let s = d as f64 / 1e6;
-    if s < 1.0 {
-        format!("{:.0}ms", s * 1000.0)
-    } else if s < 120.0 {
-        format!("{s:.1}s")
-    } else if s < 7200.0 {
-        format!("{:.1}m", s / 60.0)
-    } else if s < 2.0 * 86400.0 {
-        format!("{:.1}h", s / 3600.0)
-    } else {
-        format!("{:.1}d", s * 1e6 / DAY_MICROS as f64)
-    }
-}
-
 /// The per-policy table for the terminal.
 pub fn render(reports: &[PolicyReport]) -> String {
-    let mut rows = vec![[
+    const HEADER: [&str; 17] = [
         "policy",
         "owed",
         "lost",
@@ -342,15 +327,14 @@ pub fn render(reports: &[PolicyReport]) -> String {
         "net BREAK",
         "net SBD",
         "net exact",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ];
+    let mut rows = Vec::new();
     for r in reports {
         let o = &r.outcome;
         let (ttc50, ttc99, ttcmax) = if r.ttc.count == 0 {
             ("-".into(), "-".into(), "-".into())
         } else {
-            (human(r.ttc.p50), human(r.ttc.p99), human(r.ttc.max))
+            (format_approx(r.ttc.p50), format_approx(r.ttc.p99), format_approx(r.ttc.max))
         };
         let net = r.net.as_ref();
         rows.push(vec![
@@ -379,21 +363,7 @@ pub fn render(reports: &[PolicyReport]) -> String {
             }),
         ]);
     }
-    let widths: Vec<usize> =
-        (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(
-                |(i, (cell, w))| if i == 0 { format!("{cell:<w$}") } else { format!("{cell:>w$}") },
-            )
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    let mut out = text_table(&HEADER, &rows, |column| column > 0);
     out.push_str(
         "owed: effects due by the cut, never voided; lost: never done (whole timeline); wrong: done \
          after a cancel/refund, or twice; reads/writes per 1000 order-event messages; ttc: from the \
@@ -411,7 +381,7 @@ pub fn csv(reports: &[PolicyReport]) -> String {
          rows_per_scan,ttc_count,ttc_p50_s,ttc_p99_s,ttc_max_s,ledger_rows,ledger_rows_per_order,\
          net_missing_break,net_skipped_but_due,net_exact,net_mismatches,sim_seconds\n",
     );
-    let secs = |t: Micros| format!("{:.3}", t as f64 / 1e6);
+    let secs = |t: Micros| format!("{:.3}", t as f64 / SECOND_MICROS as f64);
     for r in reports {
         let o = &r.outcome;
         let net = r.net.as_ref();
@@ -446,8 +416,7 @@ pub fn csv(reports: &[PolicyReport]) -> String {
             net.map_or(String::new(), |n| n.mismatches.to_string()),
             format!("{:.3}", r.elapsed.as_secs_f64()),
         ];
-        out.push_str(&fields.join(","));
-        out.push('\n');
+        out.push_str(&csv_row(&fields));
     }
     out
 }
@@ -457,13 +426,9 @@ pub fn ttc_csv(reports: &[PolicyReport]) -> String {
     let mut out = String::from("policy,ttc_seconds\n");
     for r in reports {
         for t in &r.ttc_sample {
-            out.push_str(&format!("{},{:.3}\n", r.label, *t as f64 / 1e6));
+            let seconds = format!("{:.3}", *t as f64 / SECOND_MICROS as f64);
+            out.push_str(&csv_row(&[r.label.as_str(), &seconds]));
         }
     }
     out
-}
-
-/// The default fault rates, re-exported for callers building plans.
-pub fn default_rates() -> FaultRates {
-    FaultRates::default()
 }

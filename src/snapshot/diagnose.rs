@@ -39,6 +39,7 @@ pub async fn name_corrupt_file(snapshot: &Location, error: Error) -> Error {
                 return Error::SnapshotFile {
                     file: snapshot.display(&file.path),
                     message: format!("corrupt Parquet: {problem} (the query failed with: {error})"),
+                    source: Some(Box::new(problem)),
                 };
             }
         }
@@ -46,34 +47,50 @@ pub async fn name_corrupt_file(snapshot: &Location, error: Error) -> Error {
     error
 }
 
+/// Why a listed file does not decode.
+#[derive(Debug, thiserror::Error)]
+enum Corrupt {
+    /// The store cannot say how big the file is.
+    #[error("{0}")]
+    Store(#[from] object_store::Error),
+    /// The Parquet reader refuses it.
+    #[error("{0}")]
+    Parquet(#[from] datafusion::parquet::errors::ParquetError),
+    /// It decodes, but breaks what the engine relies on (page index, statistics,
+    /// timestamps).
+    #[error("{0}")]
+    Check(String),
+    /// The reader panicked on it.
+    #[error("the Parquet reader cannot decode it")]
+    Panic,
+}
+
 /// Decodes every row of one file and checks what the engine relies on beyond decoding:
 /// a page index whose pages start at increasing rows inside their row group, and
 /// timestamps the engine can compute with (representable in nanoseconds). The reader's
 /// panics on hostile bytes are errors here.
-async fn decode(location: &Location, relative: &str) -> Result<(), String> {
+async fn decode(location: &Location, relative: &str) -> Result<(), Corrupt> {
     let path = location.path(relative);
-    let meta = location.store().head(&path).await.map_err(|e| e.to_string())?;
+    let meta = location.store().head(&path).await?;
     let reader =
         ParquetObjectReader::new(Arc::clone(location.store()), path).with_file_size(meta.size);
     let work = async move {
         // With the page index, which the engine reads to prune pages.
         let options = ArrowReaderOptions::new().with_page_index(true);
-        let builder = ParquetRecordBatchStreamBuilder::new_with_options(reader, options)
-            .await
-            .map_err(|e| e.to_string())?;
-        check_page_index(builder.metadata())?;
-        check_statistics(builder.metadata())?;
-        let mut stream = builder.build().map_err(|e| e.to_string())?;
+        let builder = ParquetRecordBatchStreamBuilder::new_with_options(reader, options).await?;
+        check_page_index(builder.metadata()).map_err(Corrupt::Check)?;
+        check_statistics(builder.metadata()).map_err(Corrupt::Check)?;
+        let mut stream = builder.build()?;
         let mut row = 0;
-        while let Some(batch) = stream.try_next().await.map_err(|e| e.to_string())? {
-            check_timestamps(&batch, row)?;
+        while let Some(batch) = stream.try_next().await? {
+            check_timestamps(&batch, row).map_err(Corrupt::Check)?;
             row += batch.num_rows();
         }
-        Ok::<_, String>(())
+        Ok::<_, Corrupt>(())
     };
     match AssertUnwindSafe(work).catch_unwind().await {
         Ok(result) => result,
-        Err(_) => Err("the Parquet reader cannot decode it".into()),
+        Err(_) => Err(Corrupt::Panic),
     }
 }
 

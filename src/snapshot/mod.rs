@@ -10,7 +10,7 @@ pub mod reader;
 mod row_groups;
 pub mod writer;
 
-pub use crate::parquet_parts::FileEntry;
+pub use crate::storage::parquet_parts::FileEntry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -92,7 +92,7 @@ impl Snapshot {
             for file in files {
                 check_path(table, &file.path).map_err(|m| Error::SnapshotFile {
                     file: location.display(&file.path),
-                    message: m,
+                    message: m, source: None
                 })?;
             }
         }
@@ -190,7 +190,7 @@ impl Snapshot {
         file: &FileEntry,
     ) -> Result<(SchemaRef, FileRowGroups)> {
         let shown = self.location.display(&file.path);
-        let fail = |message: String| Error::SnapshotFile { file: shown.clone(), message };
+        let fail = |message: String| Error::SnapshotFile { file: shown.clone(), message, source: None };
         let path = self.location.path(&file.path);
         let meta = match self.location.store().head(&path).await {
             Ok(meta) => meta,
@@ -220,7 +220,7 @@ impl Snapshot {
             let column_error = |message: String| Error::Column {
                 file: shown.clone(),
                 column: spec.name.to_string(),
-                message,
+                message, source: None
             };
             let field = schema
                 .field_with_name(spec.name)
@@ -273,7 +273,7 @@ impl Snapshot {
                 Arc::new(ListingTable::try_new(config).map_err(context)?);
             // A cluster's scheduler plans the scans itself and knows no providers of ours:
             // there the table stays a plain listing table (same rows, DataFusion's split).
-            let provider = if crate::staging::is_distributed(ctx) {
+            let provider = if crate::engine::staging::is_distributed(ctx) {
                 provider
             } else {
                 Arc::new(OrderRangeTable::new(provider, row_groups.clone()))
@@ -301,7 +301,7 @@ pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
         let field = schema.field_with_name(spec.name).map_err(|_| Error::Column {
             file: table.name().into(),
             column: spec.name.into(),
-            message: "missing".into(),
+            message: "missing".into(), source: None
         })?;
         if !spec.kind.accepts(field.data_type()) {
             return Err(Error::Column {
@@ -311,7 +311,7 @@ pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
                     "has type {}, expected {}",
                     field.data_type(),
                     spec.kind.describe()
-                ),
+                ), source: None
             });
         }
     }
@@ -421,10 +421,10 @@ async fn first_null_row(
 /// on its own task, so the check uses every core instead of one shared set.
 async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<()> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
-    let repeated = if crate::staging::is_distributed(ctx) {
+    let repeated = if crate::engine::staging::is_distributed(ctx) {
         // On a cluster the executors group the hashes: only repeats travel to this process.
         let batches =
-            crate::queries::collect(ctx, crate::queries::REPEATED_KEY_HASHES, &[]).await?;
+            crate::engine::queries::collect(ctx, crate::engine::queries::REPEATED_KEY_HASHES, &[]).await?;
         batches
             .iter()
             .flat_map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec())
@@ -438,13 +438,13 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     let repeated =
         RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)])
             .map_err(|e| context(e.into()))?;
-    crate::staging::register_batches(ctx, "repeated_key_hashes", repeated.schema(), vec![repeated])
+    crate::engine::staging::register_batches(ctx, "repeated_key_hashes", repeated.schema(), vec![repeated])
         .await?;
-    let batches = crate::queries::collect(ctx, crate::queries::DUPLICATE_MSG_IDS, &[]).await?;
+    let batches = crate::engine::queries::collect(ctx, crate::engine::queries::DUPLICATE_MSG_IDS, &[]).await?;
     ctx.deregister_table("repeated_key_hashes").map_err(context)?;
     let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
-    let ids = crate::queries::string_column(batch, "msg_id")?;
-    let counts = crate::queries::int64_column(batch, "copies")?;
+    let ids = crate::engine::queries::string_column(batch, "msg_id")?;
+    let counts = crate::engine::queries::int64_column(batch, "copies")?;
     Err(Error::Column {
         file: "ledger".into(),
         column: "msg_id".into(),
@@ -452,7 +452,7 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
             "duplicate msg_id '{}' ({} rows); msg_id must be unique",
             ids.value(0),
             counts.value(0)
-        ),
+        ), source: None
     })
 }
 
@@ -460,7 +460,7 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
 /// and sorted shard by shard: the hashes that occur more than once, each once.
 async fn repeated_key_hashes(ctx: &SessionContext, ledger_rows: u64) -> Result<Vec<u64>> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
-    let streams = crate::queries::frame(ctx, crate::queries::LEDGER_KEY_HASHES, &[])
+    let streams = crate::engine::queries::frame(ctx, crate::engine::queries::LEDGER_KEY_HASHES, &[])
         .await?
         .execute_stream_partitioned()
         .await

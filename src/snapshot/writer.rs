@@ -11,10 +11,10 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_FORMAT};
-use crate::claim::{self, Claim};
+use crate::storage::claim::{self, Claim};
 use crate::error::{Error, Result};
-use crate::faults::crash_point;
-use crate::parquet_parts::{PartWriter, RowsOf};
+use crate::testing::{crash_point, Stage};
+use crate::storage::parquet_parts::{PartWriter, RowsOf};
 use crate::storage::Location;
 use crate::time::{format_instant, Micros};
 
@@ -30,7 +30,7 @@ pub struct SnapshotWriter {
 
 impl SnapshotWriter {
     /// Starts a snapshot at `location`; refuses a folder that already holds a complete one
-    /// or that another live writer has claimed (crate::claim), and clears the table files a
+    /// or that another live writer has claimed (crate::storage::claim), and clears the table files a
     /// failed or killed writer left there.
     pub async fn create(location: &Location, cut: Micros, created_by: &str) -> Result<Self> {
         let complete = || Error::Snapshot {
@@ -47,7 +47,7 @@ impl SnapshotWriter {
             claim.release().await?;
             return Err(complete());
         }
-        crash_point("claimed");
+        crash_point(Stage::Claimed);
         let tables: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
         claim::clear_leftovers(location, &tables, &claim).await?;
         Ok(SnapshotWriter {
@@ -114,9 +114,9 @@ impl SnapshotWriter {
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
             location: self.location.display(MANIFEST),
-            message: e.to_string(),
+            message: e.to_string(), source: None
         })?;
-        crash_point("snapshot-before-manifest");
+        crash_point(Stage::SnapshotBeforeManifest);
         if !self.location.create(MANIFEST, Bytes::from(json)).await? {
             return Err(Error::Snapshot {
                 location: self.location.display(""),
@@ -125,7 +125,7 @@ impl SnapshotWriter {
                         .into(),
             });
         }
-        crash_point("snapshot-after-manifest");
+        crash_point(Stage::SnapshotAfterManifest);
         // The snapshot is complete; a claim left behind is stale to every reader.
         let _ = self.claim.release().await;
         Ok(manifest)
@@ -161,14 +161,14 @@ impl TableWriter {
         if batch.schema().fields() != self.parts.schema().fields() {
             return Err(Error::Output {
                 location: self.table.name().to_string(),
-                message: format!("batch schema {:?} is not the contract schema", batch.schema()),
+                message: format!("batch schema {:?} is not the contract schema", batch.schema()), source: None
             });
         }
         self.parts.write(batch).await
     }
 
     /// Appends `rows` rows as whole row groups encoded on up to `threads` threads at once
-    /// ([`crate::parquet_parts::PartWriter::write_row_groups`]); every batch `rows_of` gives
+    /// ([`crate::storage::parquet_parts::PartWriter::write_row_groups`]); every batch `rows_of` gives
     /// must have the contract schema.
     pub async fn write_row_groups(
         &mut self,

@@ -12,9 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use bytes::Bytes;
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 mod columns;
 mod nights;
@@ -22,8 +20,9 @@ mod nights;
 pub use nights::{verify_nights, NightVerified, NightsVerifyReport};
 
 use crate::error::{Error, Result};
-use crate::recon::lifecycle::RunStatus;
-use crate::recon::publish::{read_run_manifest, RunManifest};
+use crate::vocabulary::RunStatus;
+use crate::run_folder::{read_run_manifest, reader, OutputTable, RunManifest};
+use crate::storage::parquet_parts::read_parquet;
 use crate::storage::Location;
 use crate::workload::night_truth::{META_ORIGIN, META_PREVIOUS_RUN, RESOLVED};
 use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
@@ -240,12 +239,12 @@ pub async fn verify(plan: &VerifyPlan) -> Result<VerifyReport> {
         plan.truth_folder.read_optional(&plan.truth_file).await?.ok_or_else(|| {
             Error::SnapshotFile {
                 file: plan.truth_folder.display(&plan.truth_file),
-                message: "no such truth file (gen writes <snapshot>/truth.parquet)".into(),
+                message: "no such truth file (gen writes <snapshot>/truth.parquet)".into(), source: None
             }
         })?;
     let truth_name = plan.truth_folder.display(&plan.truth_file);
     let manifest = read_run_manifest(&plan.run).await?;
-    let (truth_batches, metadata) = read_parquet(truth_bytes, &truth_name)?;
+    let (truth_batches, metadata) = read_truth_file(truth_bytes, &truth_name)?;
     check_context(&metadata, &manifest, &truth_name)?;
     let lifecycle = truth_batches.first().is_some_and(|b| b.column_by_name("lifecycle").is_some());
     let truth = read_truth(&truth_batches, &truth_name, lifecycle)?;
@@ -272,7 +271,7 @@ fn check_context(
                     "{truth} is for {what} {value}, but the run used {run_value}; verify compares a run with the truth of the same cut, window and rules (run with the defaults)"
                 )))
             }
-            None => return Err(Error::SnapshotFile { file: truth.into(), message: format!("no '{key}' in the schema metadata: not a truth file of gen") }),
+            None => return Err(Error::SnapshotFile { file: truth.into(), message: format!("no '{key}' in the schema metadata: not a truth file of gen"), source: None }),
         }
     }
     if metadata.contains_key(META_ORIGIN) {
@@ -313,22 +312,16 @@ fn check_chain(
     Ok(())
 }
 
-fn read_parquet(
-    bytes: Bytes,
+/// The truth file's batches and schema metadata.
+fn read_truth_file(
+    bytes: bytes::Bytes,
     file: &str,
 ) -> Result<(Vec<RecordBatch>, std::collections::HashMap<String, String>)> {
-    let fail = |e: &dyn std::fmt::Display| Error::SnapshotFile {
+    read_parquet(bytes).map_err(|e| Error::SnapshotFile {
         file: file.into(),
         message: format!("unreadable Parquet: {e}"),
-    };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| fail(&e))?;
-    let metadata = builder.schema().metadata().clone();
-    let batches = builder
-        .build()
-        .map_err(|e| fail(&e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| fail(&e))?;
-    Ok((batches, metadata))
+        source: Some(Box::new(e)),
+    })
 }
 
 fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Side> {
@@ -351,7 +344,7 @@ fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Si
                 column[row].clone().ok_or_else(|| Error::Column {
                     file: file.into(),
                     column: name.into(),
-                    message: format!("row {row} is NULL"),
+                    message: format!("row {row} is NULL"), source: None
                 })
             };
             match kind[row].as_deref() {
@@ -379,7 +372,7 @@ fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Si
                     return Err(Error::Column {
                         file: file.into(),
                         column: "kind".into(),
-                        message: format!("row {row} has kind {other:?}"),
+                        message: format!("row {row} has kind {other:?}"), source: None
                     })
                 }
             }
@@ -390,8 +383,8 @@ fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Si
 
 async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) -> Result<Side> {
     let mut side = Side::default();
-    for batch in &read_table(folder, manifest, "discrepancies").await? {
-        let shown = folder.display("discrepancies");
+    for batch in &read_table(folder, manifest, OutputTable::Discrepancies).await? {
+        let shown = folder.display(OutputTable::Discrepancies.name());
         let columns = Columns { batch, file: &shown };
         let (effect, order_id, class, verdict) = (
             columns.text("effect")?,
@@ -410,8 +403,8 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
             side.add_finding(get(&effect), order_id[row], judged, "run");
         }
     }
-    for batch in &read_table(folder, manifest, "skip_verdicts").await? {
-        let shown = folder.display("skip_verdicts");
+    for batch in &read_table(folder, manifest, OutputTable::SkipVerdicts).await? {
+        let shown = folder.display(OutputTable::SkipVerdicts.name());
         let columns = Columns { batch, file: &shown };
         let (msg_id, order_id, verdict) =
             (columns.text("msg_id")?, ints(batch, "order_id", &shown)?, columns.text("verdict")?);
@@ -427,14 +420,14 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
         }
     }
     if lifecycle {
-        if !manifest.tables.contains_key(RESOLVED) {
+        if !manifest.tables.contains_key(OutputTable::Resolved.name()) {
             return Err(Error::Mismatch(format!(
                 "{} has no 'resolved' table, but the truth has the lifecycle of docs/SEMANTICS.md",
                 folder.display("manifest.json")
             )));
         }
-        for batch in &read_table(folder, manifest, RESOLVED).await? {
-            let shown = folder.display(RESOLVED);
+        for batch in &read_table(folder, manifest, OutputTable::Resolved).await? {
+            let shown = folder.display(OutputTable::Resolved.name());
             let columns = Columns { batch, file: &shown };
             let (effect, order_id) = (columns.text("effect")?, ints(batch, "order_id", &shown)?);
             for (row, resolved) in columns.resolved()?.into_iter().enumerate() {
@@ -446,31 +439,13 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
     Ok(side)
 }
 
-/// Every file the run manifest lists for `table`, with its row count checked.
+/// Every row of one of the run's tables (a table the manifest does not list is an error).
 async fn read_table(
     folder: &Location,
     manifest: &RunManifest,
-    table: &str,
+    table: OutputTable,
 ) -> Result<Vec<RecordBatch>> {
-    let files = manifest.tables.get(table).map(|t| t.files.as_slice()).unwrap_or_default();
-    let mut batches = Vec::new();
-    for file in files {
-        let shown = folder.display(&file.path);
-        let bytes = folder.read_optional(&file.path).await?.ok_or_else(|| Error::SnapshotFile {
-            file: shown.clone(),
-            message: "listed in manifest.json but absent".into(),
-        })?;
-        let (mut read, _) = read_parquet(bytes, &shown)?;
-        let rows: usize = read.iter().map(RecordBatch::num_rows).sum();
-        if rows as u64 != file.rows {
-            return Err(Error::SnapshotFile {
-                file: shown,
-                message: format!("holds {rows} rows but manifest.json says {}", file.rows),
-            });
-        }
-        batches.append(&mut read);
-    }
-    Ok(batches)
+    Ok(reader::read_table(folder, manifest, table, true).await?.unwrap_or_default())
 }
 
 fn compare(truth: &Side, run: &Side, lifecycle: bool) -> VerifyReport {

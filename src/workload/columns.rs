@@ -20,7 +20,7 @@ fn timestamps() -> TimestampMicrosecondBuilder {
 fn batch(table: Table, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     RecordBatch::try_new(table.schema(), columns).map_err(|e| Error::Output {
         location: table.name().into(),
-        message: format!("building a batch: {e}"),
+        message: format!("building a batch: {e}"), source: None
     })
 }
 
@@ -66,7 +66,7 @@ impl LedgerColumns {
             self.order_id.append_value(order.order_id);
             self.event_type.append_value(e.event.event_type());
             self.expected_status.append_value(e.event.name());
-            self.action.append_value(e.action);
+            self.action.append_value(e.action.as_str());
             self.observed_status.append_value(e.observed.name());
             self.topic.append_value(TOPIC);
             self.kafka_partition.append_value(e.partition);
@@ -174,7 +174,7 @@ impl ReceiptColumns {
                 }
                 None => self.msg_id.append_null(),
             }
-            self.status.append_value(r.status);
+            self.status.append_value(r.status.as_str());
             self.created_at.append_value(r.created_at);
         }
     }

@@ -8,142 +8,12 @@
 //! its PENDING skips.
 
 use super::truth::{effect_state, missing_class, skip_verdict, EffectState};
-use super::world::{action, MsgId, OrderRows, Provider, Status};
+use super::world::{MsgId, OrderRows, Provider, Status};
 use crate::config::{Rule, RuleSet};
 use crate::time::Micros;
-
-/// A finding class of §5.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Class {
-    /// The trigger was skipped (or revoked).
-    SkippedButDue,
-    /// The trigger was DONE but no receipt succeeded.
-    DoneNoReceipt,
-    /// The trigger is parked in review.
-    ReviewStalled,
-    /// No trigger row at all.
-    NoLedgerEntry,
-    /// Two or more SUCCEEDED receipts on a due order.
-    DuplicateEffect,
-    /// A SUCCEEDED receipt on an order never due.
-    OrphanEffect,
-}
-
-impl Class {
-    /// The class as written.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::SkippedButDue => "SKIPPED_BUT_DUE",
-            Class::DoneNoReceipt => "DONE_NO_RECEIPT",
-            Class::ReviewStalled => "REVIEW_STALLED",
-            Class::NoLedgerEntry => "NO_LEDGER_ENTRY",
-            Class::DuplicateEffect => "DUPLICATE_EFFECT",
-            Class::OrphanEffect => "ORPHAN_EFFECT",
-        }
-    }
-
-    /// One of the four missing-effect classes.
-    pub fn is_missing(self) -> bool {
-        !matches!(self, Class::DuplicateEffect | Class::OrphanEffect)
-    }
-
-    fn missing(name: &str) -> Class {
-        match name {
-            "DONE_NO_RECEIPT" => Class::DoneNoReceipt,
-            "SKIPPED_BUT_DUE" => Class::SkippedButDue,
-            "REVIEW_STALLED" => Class::ReviewStalled,
-            _ => Class::NoLedgerEntry,
-        }
-    }
-}
-
-/// A finding's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Broken: `break_on <= cut`.
-    Break,
-    /// Still inside its grace.
-    Pending,
-}
-
-impl Verdict {
-    /// The verdict as written.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Break => "BREAK",
-            Verdict::Pending => "PENDING",
-        }
-    }
-}
-
-/// `lifecycle` of a BREAK finding.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lifecycle {
-    /// Not open in the previous run.
-    New,
-    /// Open in the previous run and still open.
-    Persisting,
-}
-
-impl Lifecycle {
-    /// As written.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Lifecycle::New => "NEW",
-            Lifecycle::Persisting => "PERSISTING",
-        }
-    }
-}
-
-/// `lifecycle` of a skip verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SkipLifecycle {
-    /// Decided inside this run's window.
-    New,
-    /// A PENDING skip of the previous run, judged again.
-    Carried,
-}
-
-impl SkipLifecycle {
-    /// As written.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipLifecycle::New => "NEW",
-            SkipLifecycle::Carried => "CARRIED",
-        }
-    }
-}
-
-/// Why an open finding left the open set (§9).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    /// A SUCCEEDED receipt exists now.
-    Receipt,
-    /// The order reached a void status.
-    Voided,
-    /// A duplicate or orphan grant was reversed.
-    Reversed,
-    /// The orphan's order reached the due status.
-    NowDue,
-    /// The pair is now a finding of another class.
-    Reclassified,
-    /// Not re-checkable and older than the max age.
-    Expired,
-}
-
-impl Resolution {
-    /// As written.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resolution::Receipt => "RECEIPT",
-            Resolution::Voided => "VOIDED",
-            Resolution::Reversed => "REVERSED",
-            Resolution::NowDue => "NOW_DUE",
-            Resolution::Reclassified => "RECLASSIFIED",
-            Resolution::Expired => "EXPIRED",
-        }
-    }
-}
+use crate::vocabulary::{
+    Class, LedgerAction, Lifecycle, Resolution, SkipLifecycle, SkipVerdict, Verdict,
+};
 
 /// A finding open after a night: a BREAK row of its discrepancies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,7 +84,7 @@ pub enum NightRow {
         /// The skipped message.
         msg_id: MsgId,
         /// WRONG, PENDING, HARMLESS or CORRECT.
-        verdict: &'static str,
+        verdict: SkipVerdict,
         /// NEW or CARRIED.
         lifecycle: SkipLifecycle,
     },
@@ -427,7 +297,9 @@ impl<'a> NightJudge<'a> {
         let window = order
             .ledger
             .iter()
-            .filter(|e| e.action == action::SKIPPED && since < e.decided_at && e.decided_at <= cut)
+            .filter(|e| {
+                e.action == LedgerAction::Skipped && since < e.decided_at && e.decided_at <= cut
+            })
             .map(|e| {
                 let skip =
                     PendingSkip { msg_id: e.msg_id, event: e.event, decided_at: e.decided_at };
@@ -447,7 +319,7 @@ impl<'a> NightJudge<'a> {
                 cut,
             );
             out.push(NightRow::Skip { msg_id: skip.msg_id, verdict, lifecycle });
-            if verdict == "PENDING" {
+            if verdict == SkipVerdict::Pending {
                 next.pending_skips.push(skip);
             }
         }
@@ -461,7 +333,7 @@ fn current(order: &OrderRows, rule: &Rule, state: &EffectState, cut: Micros) -> 
     match (state.due_at, state.first) {
         (Some(due), _) if state.owed() => {
             let break_on = due + rule.grace_micros;
-            let class = Class::missing(missing_class(order, rule, cut));
+            let class = missing_class(order, rule, cut);
             Some(Current { class, break_on, verdict: verdict(break_on) })
         }
         (None, Some((first, _))) => {
@@ -481,7 +353,8 @@ fn current(order: &OrderRows, rule: &Rule, state: &EffectState, cut: Micros) -> 
 mod tests {
     use super::*;
     use crate::time::DAY_MICROS;
-    use crate::workload::world::{receipt, LedgerEntry, ReceiptEntry, StatusChange};
+    use crate::vocabulary::ReceiptStatus;
+    use crate::workload::world::{LedgerEntry, ReceiptEntry, StatusChange};
 
     const MIN: Micros = 60_000_000;
     const C1: Micros = 20_000 * DAY_MICROS;
@@ -501,7 +374,7 @@ mod tests {
             msg_id: MsgId::Event { order_id: 7, seq: 1 },
             event: Status::Paid,
             produced: paid,
-            action: action::SKIPPED,
+            action: LedgerAction::Skipped,
             observed: Status::Shipped,
             partition: 0,
             offset: 0,
@@ -518,7 +391,7 @@ mod tests {
             seq,
             msg_id: None,
             produced: None,
-            status: receipt::SUCCEEDED,
+            status: ReceiptStatus::Succeeded,
             created_at: at,
         };
         o.receipts.push(r);
@@ -547,13 +420,21 @@ mod tests {
     /// as the single-night judge, BREAK rows NEW.
     #[test]
     fn the_first_night_agrees_with_the_single_night_judge() {
-        use crate::workload::truth::{Judge, FINDING};
-        use crate::workload::{FaultRates, GenPlan};
+        use crate::workload::truth::{Judge, TruthRow};
+        use crate::workload::world::Fault;
+        use crate::workload::WorkloadPlan;
         let rules = RuleSet::default_rules().unwrap();
         let mut plan =
-            GenPlan::new(crate::storage::Location::parse("/tmp/unused").unwrap(), 3000).unwrap();
-        let d = FaultRates::default();
-        plan.rates = FaultRates { reorder: 0.05, lost_call: 0.05, orphan: 0.03, edge: 0.05, ..d };
+            WorkloadPlan::new(crate::storage::Location::parse("/tmp/unused").unwrap(), 3000)
+                .unwrap();
+        for (fault, rate) in [
+            (Fault::Reorder, 0.05),
+            (Fault::LostCall, 0.05),
+            (Fault::Orphan, 0.03),
+            (Fault::Edge, 0.05),
+        ] {
+            plan.rates.set(fault, rate);
+        }
         plan.incident = true;
         let world = plan.world(&rules);
         let window = plan.window();
@@ -575,25 +456,35 @@ mod tests {
             b.clear();
             single.judge(&order, &mut a);
             let carry = chained.judge(&order, &Carry::default(), &mut b);
-            let expected: Vec<(Option<String>, Option<&str>, &str)> =
-                a.iter().map(|r| (r.effect.map(str::to_string), r.class, r.verdict)).collect();
-            let got: Vec<(Option<String>, Option<&str>, &str)> = b
+            let expected: Vec<(Option<String>, Option<Class>, &str)> = a
+                .iter()
+                .map(|r| match *r {
+                    TruthRow::Finding { effect, class, verdict, .. } => {
+                        (Some(effect.to_string()), Some(class), verdict.as_str())
+                    }
+                    TruthRow::SkipVerdict { verdict, .. } => (None, None, verdict.as_str()),
+                })
+                .collect();
+            let got: Vec<(Option<String>, Option<Class>, &str)> = b
                 .iter()
                 .map(|r| match *r {
                     NightRow::Finding { rule, class, verdict, life } => {
                         assert_eq!(life.is_some(), verdict == Verdict::Break);
                         let effect = rules.rules[rule].effect.clone();
-                        (Some(effect), Some(class.as_str()), verdict.as_str())
+                        (Some(effect), Some(class), verdict.as_str())
                     }
                     NightRow::Skip { verdict, lifecycle, .. } => {
                         assert_eq!(lifecycle, SkipLifecycle::New);
-                        (None, None, verdict)
+                        (None, None, verdict.as_str())
                     }
                     NightRow::Resolved { .. } => panic!("nothing to resolve on a first night"),
                 })
                 .collect();
             assert_eq!(got, expected, "order {order_id}");
-            let breaks = a.iter().filter(|r| r.kind == FINDING && r.verdict == "BREAK").count();
+            let breaks = a
+                .iter()
+                .filter(|r| matches!(r, TruthRow::Finding { verdict: Verdict::Break, .. }))
+                .count();
             assert_eq!(carry.open.len(), breaks);
             compared += a.len();
         }

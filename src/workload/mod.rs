@@ -33,9 +33,9 @@ use crate::error::{Error, Result};
 use crate::snapshot::SnapshotWriter;
 use crate::storage::Location;
 use crate::time::Window;
-use crate::time::{format_instant, parse_instant, Micros, DAY_MICROS};
+use crate::time::{format_instant, parse_instant, Micros, DAY_MICROS, MINUTE_MICROS};
 use sinks::{rows_by_table, TableSinks, TruthSink};
-use truth::{Judge, TruthColumns, TruthRow, FINDING, TRUTH_FILE};
+use truth::{Judge, TruthColumns, TruthRow, TRUTH_FILE};
 use world::{Fault, OrderRows, Policy, PolicyOutcome, Provider, World, INCIDENT_ORDER};
 
 /// Orders simulated (and rows held in memory) per block.
@@ -47,85 +47,55 @@ pub const DEFAULT_CUT: &str = "2026-11-29T16:00:00Z";
 /// `created_by` of generated snapshot manifests.
 pub const CREATED_BY: &str = "effect-recon gen";
 
-/// Per-order probabilities of each planted fault (an order carries at most one).
+/// Per-order probabilities of each planted fault (an order carries at most one): one per
+/// fault of [`Fault::ALL`], by default each fault's [`Fault::default_rate`].
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FaultRates {
-    /// ORDER_PAID handled after ORDER_SHIPPED following a rebalance: a wrong skip.
-    pub reorder: f64,
-    /// A wrong skip whose effects were later granted by hand (HARMLESS once they were).
-    pub compensated: f64,
-    /// Cancelled or refunded just before the handler ran: a correct skip.
-    pub cancel_race: f64,
-    /// DONE, but a provider lost the call, failed it, or failed and retried it.
-    pub lost_call: f64,
-    /// Crash before the ledger write; the redelivery calls a non-idempotent provider again.
-    pub duplicate: f64,
-    /// A manual grant on an unpaid or unknown order.
-    pub orphan: f64,
-    /// Parked as PENDING_REVIEW and forgotten.
-    pub stalled: f64,
-    /// ORDER_PAID consumed only after the cut.
-    pub unconsumed: f64,
-    /// Ledger row revoked by an operator and never re-driven.
-    pub revoked: f64,
-    /// A due time, decision or receipt placed exactly on a window boundary.
-    pub edge: f64,
-}
+pub struct FaultRates([f64; Fault::COUNT]);
 
 impl Default for FaultRates {
     fn default() -> Self {
-        FaultRates {
-            reorder: 0.004,
-            compensated: 0.001,
-            cancel_race: 0.01,
-            lost_call: 0.003,
-            duplicate: 0.003,
-            orphan: 0.001,
-            stalled: 0.001,
-            unconsumed: 0.002,
-            revoked: 0.001,
-            edge: 0.001,
-        }
+        FaultRates(Fault::ALL.map(Fault::default_rate))
     }
 }
 
 impl FaultRates {
     /// No fault at all: a clean day, which a correct run finds nothing wrong with.
     pub fn none() -> Self {
-        FaultRates {
-            reorder: 0.0,
-            compensated: 0.0,
-            cancel_race: 0.0,
-            lost_call: 0.0,
-            duplicate: 0.0,
-            orphan: 0.0,
-            stalled: 0.0,
-            unconsumed: 0.0,
-            revoked: 0.0,
-            edge: 0.0,
-        }
+        FaultRates([0.0; Fault::COUNT])
     }
 
-    /// Each fault with its rate.
-    pub fn by_fault(&self) -> [(Fault, f64); 10] {
-        [
-            (Fault::Reorder, self.reorder),
-            (Fault::Compensated, self.compensated),
-            (Fault::CancelRace, self.cancel_race),
-            (Fault::LostCall, self.lost_call),
-            (Fault::Duplicate, self.duplicate),
-            (Fault::Orphan, self.orphan),
-            (Fault::Stalled, self.stalled),
-            (Fault::Unconsumed, self.unconsumed),
-            (Fault::Revoked, self.revoked),
-            (Fault::Edge, self.edge),
-        ]
+    /// The rate of `fault` (0 for [`Fault::Incident`], which is never drawn).
+    pub fn rate(&self, fault: Fault) -> f64 {
+        self.0.get(fault.index()).copied().unwrap_or(0.0)
+    }
+
+    /// Sets the rate of `fault`.
+    ///
+    /// # Panics
+    ///
+    /// On [`Fault::Incident`], which is never drawn at a rate (`--incident` plants it).
+    pub fn set(&mut self, fault: Fault, rate: f64) {
+        let Some(slot) = self.0.get_mut(fault.index()) else {
+            panic!("{} is not drawn at a rate", fault.name());
+        };
+        *slot = rate;
+    }
+
+    /// The same rates with `fault`'s set to `rate` (see [`FaultRates::set`]).
+    pub fn with(mut self, fault: Fault, rate: f64) -> Self {
+        self.set(fault, rate);
+        self
+    }
+
+    /// Each fault of [`Fault::ALL`] with its rate, in draw order.
+    pub fn iter(&self) -> impl Iterator<Item = (Fault, f64)> {
+        Fault::ALL.into_iter().zip(self.0)
     }
 
     /// The fault of an order drawing `u` uniform in `[0, 1)`.
     pub fn pick(&self, u: f64) -> Option<Fault> {
         let mut cumulative = 0.0;
-        for (fault, rate) in self.by_fault() {
+        for (fault, rate) in self.iter() {
             cumulative += rate;
             if u < cumulative {
                 return Some(fault);
@@ -136,7 +106,7 @@ impl FaultRates {
 
     /// Every rate in `[0, 1]` and their sum at most 1.
     pub fn validate(&self) -> Result<()> {
-        for (fault, rate) in self.by_fault() {
+        for (fault, rate) in self.iter() {
             if !(0.0..=1.0).contains(&rate) {
                 return Err(Error::argument(
                     "fault rate",
@@ -144,7 +114,7 @@ impl FaultRates {
                 ));
             }
         }
-        let total: f64 = self.by_fault().iter().map(|(_, r)| r).sum();
+        let total: f64 = self.0.iter().sum();
         if total > 1.0 + 1e-9 {
             return Err(Error::argument("fault rate", format!("the fault rates add up to {total:.4}; an order carries at most one fault, so they must add up to at most 1")));
         }
@@ -154,7 +124,7 @@ impl FaultRates {
 
 /// A validated request to generate one snapshot.
 #[derive(Debug, Clone)]
-pub struct GenPlan {
+pub struct WorkloadPlan {
     /// The snapshot folder to write.
     pub out: Location,
     /// Number of orders (ids `1..=orders`).
@@ -175,11 +145,11 @@ pub struct GenPlan {
     pub replace: bool,
 }
 
-impl GenPlan {
+impl WorkloadPlan {
     /// A plan with the defaults: 24 partitions, 8 consumers, seed 42, the default cut and rates.
     pub fn new(out: Location, orders: u64) -> Result<Self> {
         let cut = parse_instant(DEFAULT_CUT).map_err(|e| Error::argument("--cut", e))?;
-        Ok(GenPlan {
+        Ok(WorkloadPlan {
             out,
             orders,
             partitions: 24,
@@ -217,7 +187,7 @@ impl GenPlan {
     /// The simulated world of this plan under `rules` (their graces place edge faults).
     pub fn world(&self, rules: &RuleSet) -> World {
         let grace = Provider::ALL
-            .map(|p| rules.for_effect(p.effect()).map_or(30 * 60_000_000, |r| r.grace_micros));
+            .map(|p| rules.for_effect(p.effect()).map_or(30 * MINUTE_MICROS, |r| r.grace_micros));
         World::new(
             self.seed,
             self.partitions,
@@ -239,7 +209,7 @@ impl GenPlan {
 
 /// What `gen` wrote.
 #[derive(Debug, Clone, Default)]
-pub struct GenReport {
+pub struct WorkloadReport {
     /// The snapshot folder.
     pub location: String,
     /// The truth file.
@@ -262,7 +232,7 @@ pub struct GenReport {
     pub elapsed: Duration,
 }
 
-impl GenReport {
+impl WorkloadReport {
     /// A short report for the terminal.
     pub fn render(&self) -> String {
         let mut out = format!(
@@ -310,7 +280,7 @@ struct Sink {
 }
 
 impl Sink {
-    fn open(snapshot: &SnapshotWriter, plan: &GenPlan, rules: &RuleSet) -> Result<Self> {
+    fn open(snapshot: &SnapshotWriter, plan: &WorkloadPlan, rules: &RuleSet) -> Result<Self> {
         let truth = TruthSink::open(truth::schema_for(plan.window(), rules), &plan.out)?;
         Ok(Sink { tables: TableSinks::open(snapshot), truth: (TruthColumns::default(), truth) })
     }
@@ -335,7 +305,7 @@ impl Sink {
 }
 
 /// Generates the snapshot and its truth; `manifest.json` is written last.
-pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
+pub async fn generate(plan: &WorkloadPlan) -> Result<WorkloadReport> {
     plan.validate()?;
     let rules = RuleSet::default_rules()?;
     let world = plan.world(&rules);
@@ -346,11 +316,11 @@ pub async fn generate(plan: &GenPlan) -> Result<GenReport> {
 /// knobs) with the consumer running `policy`, adding its costs and outcomes to `outcome`.
 /// Under [`Policy::Skip`] and `plan.world(..)` this is [`generate`].
 pub async fn generate_under(
-    plan: &GenPlan,
+    plan: &WorkloadPlan,
     world: &World,
     policy: &Policy,
     outcome: &mut PolicyOutcome,
-) -> Result<GenReport> {
+) -> Result<WorkloadReport> {
     let started = Instant::now();
     plan.validate()?;
     if plan.replace {
@@ -360,7 +330,7 @@ pub async fn generate_under(
     let mut snapshot = SnapshotWriter::create(&plan.out, plan.cut, CREATED_BY).await?;
     let mut sink = Sink::open(&snapshot, plan, &rules)?;
     let mut judge = Judge::new(&rules, plan.window());
-    let mut report = GenReport {
+    let mut report = WorkloadReport {
         location: plan.out.display(""),
         truth: plan.out.display(TRUTH_FILE),
         window: Some(plan.window()),
@@ -386,19 +356,20 @@ pub async fn generate_under(
     Ok(report)
 }
 
-fn count(report: &mut GenReport, order: &OrderRows, truth: &[TruthRow<'_>]) {
+fn count(report: &mut WorkloadReport, order: &OrderRows, truth: &[TruthRow<'_>]) {
     report.orders += 1;
     if let Some(fault) = order.fault {
         *report.faults.entry(fault.name()).or_default() += 1;
     }
     for row in truth {
-        if row.kind == FINDING {
-            *report
-                .findings
-                .entry((row.class.unwrap_or_default().to_string(), row.verdict.to_string()))
-                .or_default() += 1;
-        } else {
-            *report.skip_verdicts.entry(row.verdict.to_string()).or_default() += 1;
+        match *row {
+            TruthRow::Finding { class, verdict, .. } => {
+                let key = (class.as_str().to_string(), verdict.as_str().to_string());
+                *report.findings.entry(key).or_default() += 1;
+            }
+            TruthRow::SkipVerdict { verdict, .. } => {
+                *report.skip_verdicts.entry(verdict.as_str().to_string()).or_default() += 1;
+            }
         }
     }
 }
@@ -407,22 +378,22 @@ fn count(report: &mut GenReport, order: &OrderRows, truth: &[TruthRow<'_>]) {
 mod tests {
     use super::*;
 
-    fn plan(rates: FaultRates, incident: bool) -> GenPlan {
+    fn plan(rates: FaultRates, incident: bool) -> WorkloadPlan {
         let mut plan =
-            GenPlan::new(Location::parse("/tmp/unused-gen-plan").unwrap(), 6000).unwrap();
+            WorkloadPlan::new(Location::parse("/tmp/unused-gen-plan").unwrap(), 6000).unwrap();
         plan.rates = rates;
         plan.incident = incident;
         plan
     }
 
     /// Simulates `plan` in memory and returns every unmet expectation and the truth counts.
-    fn simulate(plan: &GenPlan) -> (Vec<String>, GenReport) {
+    fn simulate(plan: &WorkloadPlan) -> (Vec<String>, WorkloadReport) {
         let rules = RuleSet::default_rules().unwrap();
         let world = plan.world(&rules);
         let mut judge = Judge::new(&rules, plan.window());
         let mut offsets = vec![0; plan.partitions as usize];
         let (mut order, mut rows, mut unmet, mut report) =
-            (OrderRows::default(), Vec::new(), Vec::new(), GenReport::default());
+            (OrderRows::default(), Vec::new(), Vec::new(), WorkloadReport::default());
         for order_id in plan.order_ids() {
             world.simulate(order_id, &mut offsets, &mut order);
             rows.clear();
@@ -435,18 +406,22 @@ mod tests {
 
     #[test]
     fn every_planted_fault_is_in_the_truth() {
-        let heavy = FaultRates {
-            reorder: 0.06,
-            compensated: 0.04,
-            cancel_race: 0.06,
-            lost_call: 0.06,
-            duplicate: 0.06,
-            orphan: 0.05,
-            stalled: 0.05,
-            unconsumed: 0.05,
-            revoked: 0.05,
-            edge: 0.08,
-        };
+        use Fault::*;
+        let mut heavy = FaultRates::none();
+        for (fault, rate) in [
+            (Reorder, 0.06),
+            (Compensated, 0.04),
+            (CancelRace, 0.06),
+            (LostCall, 0.06),
+            (Duplicate, 0.06),
+            (Orphan, 0.05),
+            (Stalled, 0.05),
+            (Unconsumed, 0.05),
+            (Revoked, 0.05),
+            (Edge, 0.08),
+        ] {
+            heavy.set(fault, rate);
+        }
         let (unmet, report) = simulate(&plan(heavy, true));
         assert!(
             unmet.is_empty(),
@@ -487,9 +462,10 @@ mod tests {
 
     #[test]
     fn rates_must_fit_one_fault_per_order() {
-        let mut rates = FaultRates { reorder: 0.995, ..FaultRates::default() };
+        let mut rates = FaultRates::default();
+        rates.set(Fault::Reorder, 0.995);
         assert!(rates.validate().is_err());
-        rates.reorder = -0.1;
+        rates.set(Fault::Reorder, -0.1);
         assert!(rates.validate().is_err());
         assert!(FaultRates::default().validate().is_ok());
     }

@@ -20,12 +20,13 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::lifecycle::{NightRow, Verdict};
+use super::lifecycle::NightRow;
 use super::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT, TRUTH_FILE};
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
 use crate::snapshot::UTC;
-use crate::time::{format_instant, Micros};
+use crate::time::{format_instant, format_whole_unit, Micros};
+use crate::vocabulary::Verdict;
 
 /// `kind` of a resolved row.
 pub const RESOLVED: &str = "resolved";
@@ -87,8 +88,8 @@ pub fn schema_for(context: &NightContext, rules: &RuleSet) -> SchemaRef {
         (META_RULES_HASH.to_string(), rules.hash.clone()),
         (META_ORIGIN.to_string(), format_instant(context.origin)),
         (META_LOWER.to_string(), format_instant(context.lower)),
-        (META_LATE_HORIZON.to_string(), duration_text(context.late_horizon)),
-        (META_MAX_AGE.to_string(), duration_text(context.max_age)),
+        (META_LATE_HORIZON.to_string(), format_whole_unit(context.late_horizon)),
+        (META_MAX_AGE.to_string(), format_whole_unit(context.max_age)),
         (META_RUN_ID.to_string(), context.run_ids[context.index].clone()),
     ]);
     if context.index > 0 {
@@ -161,7 +162,7 @@ impl NightTruthColumns {
                 self.kind.append_value(SKIP_VERDICT);
                 self.effect.append_null();
                 self.class.append_null();
-                self.verdict.append_value(verdict);
+                self.verdict.append_value(verdict.as_str());
                 let _ = write!(self.msg_id, "{msg_id}");
                 self.msg_id.append_value("");
                 self.lifecycle.append_value(lifecycle.as_str());
@@ -213,17 +214,6 @@ impl NightTruthColumns {
             Arc::new(self.receipt_id.finish()),
         ];
         RecordBatch::try_new(Arc::clone(schema), columns)
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string(), source: None })
     }
-}
-
-/// A duration in the largest unit of `parse_duration` that divides it (`2d`, `90m`).
-pub fn duration_text(micros: Micros) -> String {
-    let units = [("d", 86_400_000_000), ("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000)];
-    for (unit, size) in units {
-        if micros != 0 && micros % size == 0 {
-            return format!("{}{unit}", micros / size);
-        }
-    }
-    format!("{}ms", micros / 1_000)
 }

@@ -24,11 +24,12 @@ use super::night_truth::{self, NightContext, NightTruthColumns};
 use super::operations::{Facts, OperationRates, Operations};
 use super::sinks::{rows_by_table, TableSinks, TruthSink};
 use super::world::OrderRows;
-use super::{GenPlan, BLOCK_ORDERS, CREATED_BY};
+use super::{WorkloadPlan, BLOCK_ORDERS, CREATED_BY};
 use crate::config::RuleSet;
 use crate::error::{Error, Result};
 use crate::snapshot::SnapshotWriter;
 use crate::time::{format_compact, format_instant, Micros, DAY_MICROS};
+use crate::vocabulary::Lifecycle;
 
 /// The most nights one call generates.
 pub const MAX_NIGHTS: usize = 60;
@@ -37,7 +38,7 @@ pub const MAX_NIGHTS: usize = 60;
 #[derive(Debug, Clone)]
 pub struct NightsPlan {
     /// The world and the last cut; `gen.out` is the root the snapshots go under.
-    pub gen: GenPlan,
+    pub workload: WorkloadPlan,
     /// Number of nights (snapshots).
     pub nights: usize,
     /// The export's lookback: each snapshot holds rows newer than `cut - 1 day - lookback`.
@@ -53,9 +54,9 @@ pub struct NightsPlan {
 impl NightsPlan {
     /// `nights` nights of `gen`'s world, with the defaults: lookback 30d, late horizon
     /// 2d, max age 30d.
-    pub fn new(gen: GenPlan, nights: usize) -> Self {
+    pub fn new(workload: WorkloadPlan, nights: usize) -> Self {
         NightsPlan {
-            gen,
+            workload,
             nights,
             lookback: 30 * DAY_MICROS,
             late_horizon: 2 * DAY_MICROS,
@@ -66,7 +67,7 @@ impl NightsPlan {
 
     /// Checks the numbers before any work starts.
     pub fn validate(&self) -> Result<()> {
-        self.gen.validate()?;
+        self.workload.validate()?;
         if self.nights == 0 || self.nights > MAX_NIGHTS {
             return Err(Error::argument("--nights", format!("must be between 1 and {MAX_NIGHTS}")));
         }
@@ -85,7 +86,7 @@ impl NightsPlan {
     /// The cuts, first to last, one day apart; the last one is the plan's cut.
     pub fn cuts(&self) -> Vec<Micros> {
         let n = self.nights as Micros;
-        (0..n).map(|k| self.gen.cut - (n - 1 - k) * DAY_MICROS).collect()
+        (0..n).map(|k| self.workload.cut - (n - 1 - k) * DAY_MICROS).collect()
     }
 
     /// The folder of the snapshot of `cut`, relative to the root: `snapshot=<id>`.
@@ -160,15 +161,16 @@ impl NightReport {
                     let key = (class.as_str().to_string(), verdict.as_str().to_string());
                     *self.findings.entry(key).or_default() += 1;
                     if let Some(life) = life {
-                        let label = match (life.lifecycle.as_str(), life.rechecked) {
-                            ("PERSISTING", false) => "PERSISTING (not rechecked)",
-                            (label, _) => label,
+                        let label = match (life.lifecycle, life.rechecked) {
+                            (Lifecycle::Persisting, false) => "PERSISTING (not rechecked)",
+                            (lifecycle, _) => lifecycle.as_str(),
                         };
                         *self.lifecycle.entry(label).or_default() += 1;
                     }
                 }
                 NightRow::Skip { verdict, lifecycle, .. } => {
-                    *self.skip_verdicts.entry((verdict, lifecycle.as_str())).or_default() += 1;
+                    let key = (verdict.as_str(), lifecycle.as_str());
+                    *self.skip_verdicts.entry(key).or_default() += 1;
                 }
                 NightRow::Resolved { resolution, .. } => {
                     *self.resolved.entry(resolution.as_str()).or_default() += 1;
@@ -236,7 +238,7 @@ struct NightSink {
 
 impl NightSink {
     async fn open(plan: &NightsPlan, context: &NightContext, rules: &RuleSet) -> Result<Self> {
-        let location = plan.gen.out.join(&NightsPlan::snapshot_folder(context.cut));
+        let location = plan.workload.out.join(&NightsPlan::snapshot_folder(context.cut));
         let mut snapshot = SnapshotWriter::create(&location, context.cut, CREATED_BY).await?;
         snapshot.set_coverage_from(plan.coverage_from(context.cut));
         let truth = TruthSink::open(night_truth::schema_for(context, rules), &location)?;
@@ -274,14 +276,14 @@ impl NightSink {
 pub async fn generate_nights(plan: &NightsPlan) -> Result<NightsReport> {
     let started = Instant::now();
     plan.validate()?;
-    if plan.gen.replace {
-        plan.gen.out.delete_all().await?;
+    if plan.workload.replace {
+        plan.workload.out.delete_all().await?;
     }
     let rules = RuleSet::default_rules()?;
     let contexts = plan.contexts();
     let cuts = plan.cuts();
-    let world = plan.gen.world(&rules).starting_before(cuts[0]);
-    let operations = Operations::new(plan.gen.seed, plan.operations, &world, &rules, &cuts);
+    let world = plan.workload.world(&rules).starting_before(cuts[0]);
+    let operations = Operations::new(plan.workload.seed, plan.operations, &world, &rules, &cuts);
     let mut sinks = Vec::with_capacity(contexts.len());
     for context in &contexts {
         sinks.push(NightSink::open(plan, context, &rules).await?);
@@ -289,14 +291,14 @@ pub async fn generate_nights(plan: &NightsPlan) -> Result<NightsReport> {
     let mut judges: Vec<NightJudge<'_>> =
         contexts.iter().map(|c| NightJudge::new(&rules, night(c))).collect();
     let mut report = NightsReport {
-        root: plan.gen.out.display(""),
+        root: plan.workload.out.display(""),
         nights: cuts.iter().map(|&cut| NightReport { cut, ..Default::default() }).collect(),
         ..Default::default()
     };
     let mut offsets = vec![0i64; world.partitions() as usize];
     let (mut order, mut view, mut facts, mut rows) =
         (OrderRows::default(), OrderRows::default(), Facts::default(), Vec::new());
-    for order_id in plan.gen.order_ids() {
+    for order_id in plan.workload.order_ids() {
         world.simulate(order_id, &mut offsets, &mut order);
         facts.reset(&order);
         operations.plant_pending_skip(&mut facts);

@@ -7,18 +7,14 @@
 //! (they are seen from the next night on), except late rows, which carry a time before
 //! the cut they missed and become visible only when they are loaded.
 
-use super::lifecycle::{Carry, Class, NightJudge, OpenFinding, PendingSkip};
+use super::lifecycle::{Carry, NightJudge, OpenFinding, PendingSkip};
 use super::rng::{mix, SplitMix64};
 use super::world::{
-    action, receipt, Fault, LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry, Status,
-    StatusChange, World,
+    Fault, LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry, Status, StatusChange, World,
 };
 use crate::config::RuleSet;
-use crate::time::{Micros, DAY_MICROS};
-
-const MS: Micros = 1_000;
-const MINUTE: Micros = 60_000_000;
-const HOUR: Micros = 60 * MINUTE;
+use crate::time::{Micros, DAY_MICROS, HOUR_MICROS, MILLI_MICROS, MINUTE_MICROS};
+use crate::vocabulary::{Class, LedgerAction, ReceiptStatus};
 
 /// First message sequence number of the messages operations cause (the world's own
 /// messages are numbered by their place in the status history, far below).
@@ -110,14 +106,14 @@ impl Facts {
             if kept(r.created_at) && self.loaded[i] <= cut {
                 let mut r = *r;
                 if self.reversed[i].is_some_and(|t| t <= cut) {
-                    r.status = receipt::REVERSED;
+                    r.status = ReceiptStatus::Reversed;
                 }
                 out.receipts.push(r);
             }
         }
     }
 
-    fn receipt(&mut self, provider: Provider, status: &'static str, at: Micros, loaded: Micros) {
+    fn receipt(&mut self, provider: Provider, status: ReceiptStatus, at: Micros, loaded: Micros) {
         let seq = self.order.next_receipt_seq(provider);
         self.order.receipts.push(ReceiptEntry {
             provider,
@@ -138,12 +134,12 @@ impl Facts {
         self.order.history.insert(position, StatusChange { status, at });
         let seq = OPERATION_SEQ + self.operation_messages;
         self.operation_messages += 1;
-        let decided_at = at + 40 * MS;
+        let decided_at = at + 40 * MILLI_MICROS;
         self.order.ledger.push(LedgerEntry {
             msg_id: MsgId::Event { order_id: self.order.order_id, seq },
             event: status,
-            produced: at + 5 * MS,
-            action: action::DONE,
+            produced: at + 5 * MILLI_MICROS,
+            action: LedgerAction::Done,
             observed: status,
             partition,
             offset: offsets[partition as usize],
@@ -168,7 +164,7 @@ impl Facts {
             .filter(|&i| {
                 let r = &self.order.receipts[i];
                 r.provider == provider
-                    && r.status == receipt::SUCCEEDED
+                    && r.status == ReceiptStatus::Succeeded
                     && r.created_at <= cut
                     && self.loaded[i] <= cut
                     && self.reversed[i].is_none_or(|t| t > cut)
@@ -227,16 +223,18 @@ impl<'a> Operations<'a> {
         if !rng.chance(self.rates.pending_at_cut) {
             return;
         }
-        let skipped =
-            order.ledger.iter().find(|e| e.event == Status::Paid && e.action == action::SKIPPED);
+        let skipped = order
+            .ledger
+            .iter()
+            .find(|e| e.event == Status::Paid && e.action == LedgerAction::Skipped);
         let (Some(paid), Some(skipped)) = (order.change(Status::Paid), skipped) else { return };
         let grace = self.paid_grace();
         let gap = skipped.decided_at - paid;
-        if gap <= 0 || gap + MS >= grace {
+        if gap <= 0 || gap + MILLI_MICROS >= grace {
             return;
         }
         let cut = self.cuts[rng.index(self.cuts.len() - 1)];
-        let target = cut - rng.between(gap + MS, grace);
+        let target = cut - rng.between(gap + MILLI_MICROS, grace);
         facts.shift(target - paid);
     }
 
@@ -264,8 +262,8 @@ impl<'a> Operations<'a> {
         }
         let night = rng.index(self.cuts.len() - 1);
         let cut = self.cuts[night];
-        let created = cut - rng.between(MINUTE, 3 * DAY_MICROS);
-        let loaded = cut + rng.between(HOUR, 12 * HOUR);
+        let created = cut - rng.between(MINUTE_MICROS, 3 * DAY_MICROS);
+        let loaded = cut + rng.between(HOUR_MICROS, 12 * HOUR_MICROS);
         let order = &facts.order;
         let points = |r: &&ReceiptEntry| r.provider == Provider::Points;
         let first_grant = order.receipts.iter().filter(points).map(|r| r.created_at).min();
@@ -277,7 +275,7 @@ impl<'a> Operations<'a> {
             _ => false,
         };
         if fits {
-            facts.receipt(Provider::Points, receipt::SUCCEEDED, created, loaded);
+            facts.receipt(Provider::Points, ReceiptStatus::Succeeded, created, loaded);
         }
     }
 
@@ -310,15 +308,15 @@ impl<'a> Operations<'a> {
     ) {
         let cut = self.cuts[night];
         let mut rng = self.rng(facts.order.order_id, night, task.rule as u64);
-        let at = cut + rng.between(30 * MINUTE, 20 * HOUR);
+        let at = cut + rng.between(30 * MINUTE_MICROS, 20 * HOUR_MICROS);
         let u = rng.unit();
         let r = self.rates;
         match task.class {
             class if class.is_missing() => {
                 if u < r.executed {
-                    facts.receipt(provider, receipt::SUCCEEDED, at, at);
+                    facts.receipt(provider, ReceiptStatus::Succeeded, at, at);
                 } else if u < r.executed + r.failed {
-                    facts.receipt(provider, receipt::FAILED, at, at);
+                    facts.receipt(provider, ReceiptStatus::Failed, at, at);
                 } else if u < r.executed + r.failed + r.voided && !facts.voided_after(cut) {
                     let status = if provider == Provider::Logistics || rng.chance(0.5) {
                         Status::Cancelled
@@ -363,8 +361,8 @@ impl<'a> Operations<'a> {
         let grants_again = rng.chance(0.5);
         for &p in Status::Paid.providers() {
             if p != provider || grants_again {
-                let t = at + 60 * MS + p.index() as Micros * MS;
-                facts.receipt(p, receipt::SUCCEEDED, t, t);
+                let t = at + 60 * MILLI_MICROS + p.index() as Micros * MILLI_MICROS;
+                facts.receipt(p, ReceiptStatus::Succeeded, t, t);
             }
         }
     }
@@ -386,12 +384,12 @@ impl<'a> Operations<'a> {
         if !rng.chance(self.rates.skip_granted) {
             return;
         }
-        let at = cut + rng.between(10 * MINUTE, 6 * HOUR);
+        let at = cut + rng.between(10 * MINUTE_MICROS, 6 * HOUR_MICROS);
         for (index, rule) in self.rules.rules.iter().enumerate() {
             let owed = judge.states()[index].owed();
             if rule.trigger_event == skip.event.event_type() && owed {
                 if let Some(provider) = judge.provider(index) {
-                    facts.receipt(provider, receipt::SUCCEEDED, at, at);
+                    facts.receipt(provider, ReceiptStatus::Succeeded, at, at);
                 }
             }
         }

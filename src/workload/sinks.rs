@@ -12,7 +12,7 @@ use super::columns::{HistoryColumns, LedgerColumns, ReceiptColumns};
 use super::truth::TRUTH_FILE;
 use super::world::{OrderRows, Provider};
 use crate::error::{Error, Result};
-use crate::parquet_parts::writer_properties;
+use crate::storage::parquet_parts::writer_properties;
 use crate::snapshot::{SnapshotManifest, SnapshotWriter, Table, TableWriter};
 use crate::storage::Location;
 
@@ -79,7 +79,7 @@ impl TruthSink {
             ArrowWriter::try_new(Vec::new(), SchemaRef::clone(&schema), Some(writer_properties()))
                 .map_err(|e| Error::Output {
                     location: folder.display(TRUTH_FILE),
-                    message: e.to_string(),
+                    message: e.to_string(), source: None
                 })?;
         Ok(TruthSink { writer, schema })
     }
@@ -102,7 +102,7 @@ impl TruthSink {
 }
 
 fn truth_error(e: datafusion::parquet::errors::ParquetError) -> Error {
-    Error::Output { location: TRUTH_FILE.into(), message: e.to_string() }
+    Error::Output { location: TRUTH_FILE.into(), message: e.to_string(), source: None }
 }
 
 /// Rows per table and per receipt source (`receipts/<source>`), and the number of files,

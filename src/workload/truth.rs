@@ -15,11 +15,12 @@ use datafusion::arrow::array::{ArrayRef, Int64Builder, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::world::{action, receipt, ExpectTarget, LedgerEntry, MsgId, OrderRows};
+use super::world::{ExpectTarget, LedgerEntry, MsgId, OrderRows};
 use crate::config::{Rule, RuleSet};
 use crate::error::{Error, Result};
 use crate::time::Micros;
 use crate::time::Window;
+use crate::vocabulary::{Class, LedgerAction, ReceiptStatus, SkipVerdict, Verdict};
 
 /// File name of the truth inside the snapshot folder.
 pub const TRUTH_FILE: &str = "truth.parquet";
@@ -56,21 +57,29 @@ pub fn schema_for(window: Window, rules: &RuleSet) -> SchemaRef {
     Arc::new(schema().as_ref().clone().with_metadata(metadata))
 }
 
-/// One expected output row.
+/// One expected output row: its `kind` is the variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TruthRow<'a> {
-    /// [`FINDING`] or [`SKIP_VERDICT`].
-    pub kind: &'static str,
-    /// The finding's effect.
-    pub effect: Option<&'a str>,
-    /// The order.
-    pub order_id: i64,
-    /// The finding's class.
-    pub class: Option<&'static str>,
-    /// BREAK / PENDING for findings; WRONG / PENDING / HARMLESS / CORRECT for skips.
-    pub verdict: &'static str,
-    /// The skipped message.
-    pub msg_id: Option<MsgId>,
+pub enum TruthRow<'a> {
+    /// A row of kind [`FINDING`].
+    Finding {
+        /// The finding's effect.
+        effect: &'a str,
+        /// The order.
+        order_id: i64,
+        /// Its class.
+        class: Class,
+        /// BREAK or PENDING.
+        verdict: Verdict,
+    },
+    /// A row of kind [`SKIP_VERDICT`].
+    SkipVerdict {
+        /// The order.
+        order_id: i64,
+        /// The skipped message.
+        msg_id: MsgId,
+        /// WRONG, PENDING, HARMLESS or CORRECT.
+        verdict: SkipVerdict,
+    },
 }
 
 /// What one rule sees of one order, up to the cut.
@@ -117,37 +126,27 @@ impl<'a> Judge<'a> {
         }
         for (state, rule) in self.states.iter().zip(&rules.rules) {
             if let Some((class, verdict)) = finding(order, rule, state, self.window) {
-                out.push(TruthRow {
-                    kind: FINDING,
-                    effect: Some(&rule.effect),
-                    order_id: order.order_id,
-                    class: Some(class),
-                    verdict,
-                    msg_id: None,
-                });
+                let effect = &rule.effect;
+                out.push(TruthRow::Finding { effect, order_id: order.order_id, class, verdict });
             }
         }
         for entry in &order.ledger {
             let Window { since, cut } = self.window;
-            if entry.action == action::SKIPPED
+            if entry.action == LedgerAction::Skipped
                 && since < entry.decided_at
                 && entry.decided_at <= cut
             {
-                let verdict = self.skip_verdict(entry);
-                out.push(TruthRow {
-                    kind: SKIP_VERDICT,
-                    effect: None,
+                out.push(TruthRow::SkipVerdict {
                     order_id: order.order_id,
-                    class: None,
-                    verdict,
-                    msg_id: Some(entry.msg_id),
+                    msg_id: entry.msg_id,
+                    verdict: self.skip_verdict(entry),
                 });
             }
         }
     }
 
     /// The four-step skip verdict of §5 over the rules triggered by the row's event.
-    fn skip_verdict(&self, entry: &LedgerEntry) -> &'static str {
+    fn skip_verdict(&self, entry: &LedgerEntry) -> SkipVerdict {
         skip_verdict(
             self.rules,
             &self.states,
@@ -166,24 +165,24 @@ pub(crate) fn skip_verdict(
     event_type: &str,
     decided_at: Micros,
     cut: Micros,
-) -> &'static str {
+) -> SkipVerdict {
     let triggered =
         || states.iter().zip(&rules.rules).filter(|(_, r)| r.trigger_event == event_type);
     if triggered().next().is_none() {
-        return "CORRECT";
+        return SkipVerdict::Correct;
     }
     let max_grace = triggered().map(|(_, r)| r.grace_micros).max().unwrap_or(0);
     if triggered().any(|(s, r)| s.owed() && s.due_at.is_some_and(|due| due + r.grace_micros <= cut))
     {
-        "WRONG"
+        SkipVerdict::Wrong
     } else if triggered().any(|(s, _)| s.owed())
         || (triggered().all(|(s, _)| s.due_at.is_none()) && decided_at + max_grace > cut)
     {
-        "PENDING"
+        SkipVerdict::Pending
     } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided && s.ok >= 1) {
-        "HARMLESS"
+        SkipVerdict::Harmless
     } else {
-        "CORRECT"
+        SkipVerdict::Correct
     }
 }
 
@@ -200,7 +199,9 @@ pub(crate) fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> Effec
         }
     }
     for r in order.receipts.iter().filter(|r| {
-        r.provider.effect() == rule.effect && r.status == receipt::SUCCEEDED && r.created_at <= cut
+        r.provider.effect() == rule.effect
+            && r.status == ReceiptStatus::Succeeded
+            && r.created_at <= cut
     }) {
         state.ok += 1;
         let key = (r.created_at, r.seq);
@@ -230,16 +231,16 @@ fn finding(
     rule: &Rule,
     state: &EffectState,
     window: Window,
-) -> Option<(&'static str, &'static str)> {
+) -> Option<(Class, Verdict)> {
     let Window { since, cut } = window;
     let in_window = |t: Micros| since < t && t <= cut;
     match (state.due_at, state.first) {
         (Some(due), _) if state.owed() => {
             let break_on = due + rule.grace_micros;
             let verdict = if in_window(break_on) {
-                "BREAK"
+                Verdict::Break
             } else if due <= cut && cut < break_on {
-                "PENDING"
+                Verdict::Pending
             } else {
                 return None;
             };
@@ -248,9 +249,9 @@ fn finding(
         (None, Some((first, _))) => {
             let break_on = first + rule.grace_micros;
             if in_window(break_on) {
-                Some(("ORPHAN_EFFECT", "BREAK"))
+                Some((Class::OrphanEffect, Verdict::Break))
             } else if first <= cut && cut < break_on {
-                Some(("ORPHAN_EFFECT", "PENDING"))
+                Some((Class::OrphanEffect, Verdict::Pending))
             } else {
                 None
             }
@@ -258,31 +259,25 @@ fn finding(
         (Some(_), _) if state.ok >= 2 => state
             .second
             .filter(|(second, _)| in_window(*second))
-            .map(|_| ("DUPLICATE_EFFECT", "BREAK")),
+            .map(|_| (Class::DuplicateEffect, Verdict::Break)),
         _ => None,
     }
 }
 
 /// The class of a missing effect from its trigger rows' outcome:
 /// DONE > SKIPPED/REVOKED > PENDING_REVIEW > none.
-pub(crate) fn missing_class(order: &OrderRows, rule: &Rule, cut: Micros) -> &'static str {
-    let rank = order
+pub(crate) fn missing_class(order: &OrderRows, rule: &Rule, cut: Micros) -> Class {
+    order
         .ledger
         .iter()
         .filter(|e| e.decided_at <= cut && e.event.event_type() == rule.trigger_event)
-        .filter_map(|e| match e.action {
-            action::DONE => Some(1),
-            action::SKIPPED | action::REVOKED => Some(2),
-            action::PENDING_REVIEW => Some(3),
-            _ => None,
+        .map(|e| match e.action {
+            LedgerAction::Done => (1, Class::DoneNoReceipt),
+            LedgerAction::Skipped | LedgerAction::Revoked => (2, Class::SkippedButDue),
+            LedgerAction::PendingReview => (3, Class::ReviewStalled),
         })
-        .min();
-    match rank {
-        Some(1) => "DONE_NO_RECEIPT",
-        Some(2) => "SKIPPED_BUT_DUE",
-        Some(3) => "REVIEW_STALLED",
-        _ => "NO_LEDGER_ENTRY",
-    }
+        .min()
+        .map_or(Class::NoLedgerEntry, |(_, class)| class)
 }
 
 /// The expectations of `order`'s planted fault that its truth `rows` do not meet; only
@@ -293,29 +288,38 @@ pub fn unmet_expectations(order: &OrderRows, rows: &[TruthRow<'_>], window: Wind
     for expect in
         order.expects.iter().filter(|e| window.since < e.judged_at && e.judged_at <= window.cut)
     {
-        let found = rows.iter().find(|r| match expect.target {
-            ExpectTarget::Finding(provider) => {
-                r.kind == FINDING && r.effect == Some(provider.effect())
-            }
-            ExpectTarget::SkipVerdict(msg_id) => r.kind == SKIP_VERDICT && r.msg_id == Some(msg_id),
-        });
-        let met = match found {
-            None => expect.allowed.is_empty(),
-            Some(row) => {
-                let value =
-                    if row.kind == FINDING { row.class.unwrap_or_default() } else { row.verdict };
-                expect.allowed.contains(&value)
-                    && (row.kind != FINDING || expect.verdict.is_none_or(|v| v == row.verdict))
-            }
-        };
-        if !met {
+        if !meets(expect.target, rows) {
             unmet.push(format!(
-                "order {} ({:?}): expected {:?} in {:?} {:?}, truth has {:?}",
-                order.order_id, order.fault, expect.target, expect.allowed, expect.verdict, found
+                "order {} ({:?}): expected {:?}, truth has {:?}",
+                order.order_id, order.fault, expect.target, rows
             ));
         }
     }
     unmet
+}
+
+/// Whether an order's truth `rows` hold what `target` expects.
+fn meets(target: ExpectTarget, rows: &[TruthRow<'_>]) -> bool {
+    match target {
+        ExpectTarget::Finding { provider, classes, verdict } => {
+            let found = rows.iter().find_map(|r| match *r {
+                TruthRow::Finding { effect, class, verdict, .. } if effect == provider.effect() => {
+                    Some((class, verdict))
+                }
+                _ => None,
+            });
+            found.map_or(classes.is_empty(), |(class, found)| {
+                classes.contains(&class) && verdict.is_none_or(|v| v == found)
+            })
+        }
+        ExpectTarget::SkipVerdict { msg_id, verdicts } => {
+            let found = rows.iter().find_map(|r| match *r {
+                TruthRow::SkipVerdict { msg_id: id, verdict, .. } if id == msg_id => Some(verdict),
+                _ => None,
+            });
+            found.map_or(verdicts.is_empty(), |verdict| verdicts.contains(&verdict))
+        }
+    }
 }
 
 /// Arrow builders of `truth.parquet`.
@@ -333,17 +337,24 @@ impl TruthColumns {
     /// Appends one row.
     pub fn push(&mut self, row: &TruthRow<'_>) {
         use std::fmt::Write;
-        self.kind.append_value(row.kind);
-        self.effect.append_option(row.effect);
-        self.order_id.append_value(row.order_id);
-        self.class.append_option(row.class);
-        self.verdict.append_value(row.verdict);
-        match row.msg_id {
-            Some(id) => {
-                let _ = write!(self.msg_id, "{id}");
+        match *row {
+            TruthRow::Finding { effect, order_id, class, verdict } => {
+                self.kind.append_value(FINDING);
+                self.effect.append_value(effect);
+                self.order_id.append_value(order_id);
+                self.class.append_value(class.as_str());
+                self.verdict.append_value(verdict.as_str());
+                self.msg_id.append_null();
+            }
+            TruthRow::SkipVerdict { order_id, msg_id, verdict } => {
+                self.kind.append_value(SKIP_VERDICT);
+                self.effect.append_null();
+                self.order_id.append_value(order_id);
+                self.class.append_null();
+                self.verdict.append_value(verdict.as_str());
+                let _ = write!(self.msg_id, "{msg_id}");
                 self.msg_id.append_value("");
             }
-            None => self.msg_id.append_null(),
         }
     }
 
@@ -357,8 +368,11 @@ impl TruthColumns {
             Arc::new(self.verdict.finish()),
             Arc::new(self.msg_id.finish()),
         ];
-        RecordBatch::try_new(Arc::clone(schema), columns)
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string() })
+        RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::Output {
+            location: TRUTH_FILE.into(),
+            message: e.to_string(),
+            source: None,
+        })
     }
 }
 
@@ -366,6 +380,8 @@ impl TruthColumns {
 mod tests {
     use super::*;
     use crate::workload::world::{LedgerEntry, Provider, ReceiptEntry, Status, StatusChange};
+    use LedgerAction as Action;
+    use ReceiptStatus::{Reversed, Succeeded};
 
     const MIN: Micros = 60_000_000;
     const CUT: Micros = 10_000 * MIN;
@@ -373,8 +389,8 @@ mod tests {
 
     fn order(
         history: &[(Status, Micros)],
-        ledger: &[(Status, &'static str, Micros)],
-        receipts: &[(Provider, &'static str, Micros)],
+        ledger: &[(Status, LedgerAction, Micros)],
+        receipts: &[(Provider, ReceiptStatus, Micros)],
     ) -> OrderRows {
         let mut o = OrderRows { order_id: 1, ..Default::default() };
         o.history = history.iter().map(|&(status, at)| StatusChange { status, at }).collect();
@@ -408,32 +424,40 @@ mod tests {
         o
     }
 
-    fn judge(o: &OrderRows) -> Vec<(Option<String>, Option<&'static str>, &'static str)> {
+    /// The order's truth rows as (effect, class, verdict).
+    fn judge(o: &OrderRows) -> Vec<(Option<String>, Option<Class>, &'static str)> {
         let rules = RuleSet::default_rules().unwrap();
         let mut judge = Judge::new(&rules, Window { since: SINCE, cut: CUT });
         let mut out = Vec::new();
         judge.judge(o, &mut out);
-        out.iter().map(|r| (r.effect.map(str::to_string), r.class, r.verdict)).collect()
+        out.iter()
+            .map(|r| match *r {
+                TruthRow::Finding { effect, class, verdict, .. } => {
+                    (Some(effect.to_string()), Some(class), verdict.as_str())
+                }
+                TruthRow::SkipVerdict { verdict, .. } => (None, None, verdict.as_str()),
+            })
+            .collect()
     }
 
     fn paid_done(paid: Micros) -> OrderRows {
         order(
             &[(Status::Paid, paid)],
-            &[(Status::Paid, action::DONE, paid + 1)],
-            &[(Provider::Wms, receipt::SUCCEEDED, paid + 1)],
+            &[(Status::Paid, Action::Done, paid + 1)],
+            &[(Provider::Wms, Succeeded, paid + 1)],
         )
     }
 
     #[test]
     fn break_on_is_half_open() {
         let at_cut = judge(&paid_done(CUT - 30 * MIN));
-        assert_eq!(at_cut, [(Some("points_grant".into()), Some("DONE_NO_RECEIPT"), "BREAK")]);
+        assert_eq!(at_cut, [(Some("points_grant".into()), Some(Class::DoneNoReceipt), "BREAK")]);
         assert!(
             judge(&paid_done(SINCE - 30 * MIN)).is_empty(),
             "break_on == since is the previous window's"
         );
         let young = judge(&paid_done(CUT - 29 * MIN));
-        assert_eq!(young, [(Some("points_grant".into()), Some("DONE_NO_RECEIPT"), "PENDING")]);
+        assert_eq!(young, [(Some("points_grant".into()), Some(Class::DoneNoReceipt), "PENDING")]);
     }
 
     #[test]
@@ -441,21 +465,18 @@ mod tests {
         let t = CUT - 5 * 60 * MIN;
         let revoked = order(
             &[(Status::Paid, t)],
-            &[
-                (Status::Paid, action::REVOKED, t + 1),
-                (Status::Paid, action::PENDING_REVIEW, t + 2),
-            ],
+            &[(Status::Paid, Action::Revoked, t + 1), (Status::Paid, Action::PendingReview, t + 2)],
             &[],
         );
-        assert_eq!(judge(&revoked)[0].1, Some("SKIPPED_BUT_DUE"));
+        assert_eq!(judge(&revoked)[0].1, Some(Class::SkippedButDue));
         assert_eq!(judge(&revoked).len(), 2, "REVOKED gets no skip verdict");
         let done = order(
             &[(Status::Paid, t)],
-            &[(Status::Paid, action::SKIPPED, t + 1), (Status::Paid, action::DONE, t + 2)],
+            &[(Status::Paid, Action::Skipped, t + 1), (Status::Paid, Action::Done, t + 2)],
             &[],
         );
         let rows = judge(&done);
-        assert_eq!(rows[0].1, Some("DONE_NO_RECEIPT"));
+        assert_eq!(rows[0].1, Some(Class::DoneNoReceipt));
         assert_eq!(rows[2], (None, None, "WRONG"));
     }
 
@@ -466,43 +487,34 @@ mod tests {
         let inside = order(
             &history,
             &[],
-            &[
-                (Provider::Points, receipt::SUCCEEDED, t),
-                (Provider::Points, receipt::SUCCEEDED, SINCE + 1),
-            ],
+            &[(Provider::Points, Succeeded, t), (Provider::Points, Succeeded, SINCE + 1)],
         );
         assert_eq!(
             judge(&inside),
-            [(Some("points_grant".into()), Some("DUPLICATE_EFFECT"), "BREAK")]
+            [(Some("points_grant".into()), Some(Class::DuplicateEffect), "BREAK")]
         );
         let before = order(
             &history,
             &[],
-            &[
-                (Provider::Points, receipt::SUCCEEDED, t),
-                (Provider::Points, receipt::SUCCEEDED, SINCE),
-            ],
+            &[(Provider::Points, Succeeded, t), (Provider::Points, Succeeded, SINCE)],
         );
         assert!(judge(&before).is_empty());
         let reversed = order(
             &history,
             &[],
-            &[
-                (Provider::Points, receipt::SUCCEEDED, t),
-                (Provider::Points, receipt::REVERSED, SINCE + 1),
-            ],
+            &[(Provider::Points, Succeeded, t), (Provider::Points, Reversed, SINCE + 1)],
         );
         assert!(judge(&reversed).is_empty());
     }
 
     #[test]
     fn orphans_and_rows_after_the_cut() {
-        let orphan = order(&[], &[], &[(Provider::Points, receipt::SUCCEEDED, CUT)]);
+        let orphan = order(&[], &[], &[(Provider::Points, Succeeded, CUT)]);
         assert_eq!(
             judge(&orphan),
-            [(Some("points_grant".into()), Some("ORPHAN_EFFECT"), "PENDING")]
+            [(Some("points_grant".into()), Some(Class::OrphanEffect), "PENDING")]
         );
-        let later = order(&[], &[], &[(Provider::Points, receipt::SUCCEEDED, CUT + 1)]);
+        let later = order(&[], &[], &[(Provider::Points, Succeeded, CUT + 1)]);
         assert!(judge(&later).is_empty());
     }
 
@@ -511,24 +523,21 @@ mod tests {
         let t = CUT - 5 * 60 * MIN;
         let cancelled = order(
             &[(Status::Paid, t), (Status::Cancelled, t + 1)],
-            &[(Status::Paid, action::SKIPPED, t + 2)],
+            &[(Status::Paid, Action::Skipped, t + 2)],
             &[],
         );
         assert_eq!(judge(&cancelled), [(None, None, "CORRECT")]);
         let harmless = order(
             &[(Status::Paid, t)],
-            &[(Status::Paid, action::SKIPPED, t + 2)],
-            &[
-                (Provider::Points, receipt::SUCCEEDED, t + 3),
-                (Provider::Wms, receipt::SUCCEEDED, t + 3),
-            ],
+            &[(Status::Paid, Action::Skipped, t + 2)],
+            &[(Provider::Points, Succeeded, t + 3), (Provider::Wms, Succeeded, t + 3)],
         );
         assert_eq!(judge(&harmless), [(None, None, "HARMLESS")]);
         let never_due =
-            order(&[(Status::Created, t)], &[(Status::Paid, action::SKIPPED, CUT - MIN)], &[]);
+            order(&[(Status::Created, t)], &[(Status::Paid, Action::Skipped, CUT - MIN)], &[]);
         assert_eq!(judge(&never_due), [(None, None, "PENDING")]);
         let no_rule =
-            order(&[(Status::Created, t)], &[(Status::Delivered, action::SKIPPED, CUT)], &[]);
+            order(&[(Status::Created, t)], &[(Status::Delivered, Action::Skipped, CUT)], &[]);
         assert_eq!(judge(&no_rule), [(None, None, "CORRECT")]);
     }
 }

@@ -2,14 +2,14 @@
 //! its suggested rules parse.
 
 use std::path::Path;
-use std::process::Command;
 
-use effect_recon::advise::{self, AdvisePlan, LagQuantiles};
+use effect_recon::advise::{self, AdvisePlan};
 use effect_recon::config::RuleSet;
+use effect_recon::stats::LagQuantiles;
 use effect_recon::workload::world::{Lag, Policy, PolicyOutcome};
-use effect_recon::workload::{self as gen, GenPlan};
+use effect_recon::workload::{self, WorkloadPlan};
 
-use super::common::{block_on, location};
+use super::common::{block_on, command, location};
 
 const MS: i64 = 1_000;
 
@@ -53,11 +53,11 @@ fn expected(lag: Lag) -> LagQuantiles {
 }
 
 fn generate(dir: &Path, lag: Lag) {
-    let mut plan = GenPlan::new(location(dir), 6000).unwrap();
+    let mut plan = WorkloadPlan::new(location(dir), 6000).unwrap();
     plan.seed = 17;
     plan.incident = true;
     let world = plan.world(&RuleSet::default_rules().unwrap()).with_lag(lag);
-    block_on(gen::generate_under(&plan, &world, &Policy::Skip, &mut PolicyOutcome::default()))
+    block_on(workload::generate_under(&plan, &world, &Policy::Skip, &mut PolicyOutcome::default()))
         .unwrap();
 }
 
@@ -101,8 +101,7 @@ fn advise_command_writes_rules_that_parse() {
     let snapshot = dir.path().join("snap");
     generate(&snapshot, Lag::default());
     let rules = dir.path().join("suggested.toml");
-    let output = Command::new(env!("CARGO_BIN_EXE_effect-recon"))
-        .args(["advise", "--snapshot", snapshot.to_str().unwrap()])
+    let output = command(&["advise", "--snapshot", snapshot.to_str().unwrap()])
         .args(["--rules-out", rules.to_str().unwrap()])
         .output()
         .unwrap();

@@ -1,19 +1,6 @@
 //! The binary: exit codes a scheduler can act on, a readable summary, read-only `sql`.
 
-use std::process::{Command, Output};
-
 use super::common::*;
-
-fn effect_recon(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().expect("the binary runs")
-}
-
-fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn run_exits_1_on_breaks_only_when_asked_and_prints_the_summary() {
@@ -186,8 +173,7 @@ fn demo_goes_through_sqlite_and_the_nightly_job_and_equals_the_truth() {
 fn sql_reads_statements_from_standard_input_when_no_command_is_given() {
     use std::io::Write;
     let snapshot = repo("fixtures/tiny/snapshot");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_effect-recon"))
-        .args(["sql", "--snapshot", snapshot.to_str().unwrap(), "--format", "csv"])
+    let mut child = command(&["sql", "--snapshot", snapshot.to_str().unwrap(), "--format", "csv"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

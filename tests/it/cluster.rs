@@ -14,16 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::common::{repo, tree_bytes};
+use super::common::{bin, command, effect_recon, repo, tree_bytes};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_effect-recon")
-}
-
-fn effect_recon(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().expect("the binary runs")
-}
-
+/// The exit code, stdout and stderr, labelled, for messages.
 fn text(output: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -65,8 +58,7 @@ impl Cluster {
     fn start_with(executors: usize, wrap: impl Fn(Vec<String>) -> Vec<String>) -> Cluster {
         let work = tempfile::tempdir().unwrap();
         let scheduler_port = free_port();
-        let scheduler = Command::new(bin())
-            .args(["cluster", "scheduler", "--port", &scheduler_port.to_string()])
+        let scheduler = command(&["cluster", "scheduler", "--port", &scheduler_port.to_string()])
             .args(["--executor-timeout", "10"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -182,7 +174,7 @@ fn assert_same_files(a: &[(String, Vec<u8>)], b: &[(String, Vec<u8>)], what: &st
     assert!(a.iter().any(|(p, _)| p.ends_with(".parquet")), "{what}: no outputs compared");
 }
 
-fn gen(out: &Path, extra: &[&str]) {
+fn generate(out: &Path, extra: &[&str]) {
     let mut args = vec!["gen", "--out", out.to_str().unwrap()];
     args.extend_from_slice(extra);
     let output = effect_recon(&args);
@@ -237,7 +229,7 @@ fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
         let snapshot = work.path().join(format!("day-{seed}"));
         let mut args = vec!["--orders", "4000", "--seed", seed];
         args.extend(extra);
-        gen(&snapshot, &args);
+        generate(&snapshot, &args);
         let (a, b) = (
             work.path().join(format!("{seed}-local")),
             work.path().join(format!("{seed}-cluster")),
@@ -264,7 +256,7 @@ fn the_cluster_gives_the_in_process_outputs_byte_for_byte() {
     // Three nights in a chain: each run follows the one before, whose open findings and
     // pending skips the cluster reads as staged tables.
     let nights = work.path().join("nights");
-    gen(&nights, &["--nights", "3", "--orders", "3000", "--seed", "7"]);
+    generate(&nights, &["--nights", "3", "--orders", "3000", "--seed", "7"]);
     let mut snapshots: Vec<PathBuf> = std::fs::read_dir(&nights)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -376,12 +368,12 @@ fn an_executor_killed_mid_run_leaves_complete_identical_outputs_or_none() {
     let mut cluster = Cluster::start(2);
     let work = tempfile::tempdir().unwrap();
     let snapshot = work.path().join("day");
-    gen(&snapshot, &["--orders", "60000", "--seed", "5"]);
+    generate(&snapshot, &["--orders", "60000", "--seed", "5"]);
     let (a, b) = (work.path().join("local"), work.path().join("cluster"));
     run(&snapshot, &a, &[]);
 
-    let mut child = Command::new(bin())
-        .args(["run", "--snapshot", snapshot.to_str().unwrap(), "--out", b.to_str().unwrap()])
+    let mut child = command(&["run", "--snapshot", snapshot.to_str().unwrap()])
+        .args(["--out", b.to_str().unwrap()])
         .args(["--target-partitions", "2", "--engine", &cluster.engine()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -444,7 +436,7 @@ fn a_snapshot_the_executors_cannot_reach_is_an_error_naming_it() {
     }
     let work = tempfile::tempdir().unwrap();
     let snapshot = work.path().join("day");
-    gen(&snapshot, &["--orders", "2000", "--seed", "13"]);
+    generate(&snapshot, &["--orders", "2000", "--seed", "13"]);
     // The executors run in a mount namespace where the snapshot folder is an empty tmpfs:
     // the client and the scheduler see the files, the executors do not.
     let hidden = snapshot.to_str().unwrap().to_string();

@@ -1,13 +1,14 @@
 //! Helpers shared by the integration tests.
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use effect_recon::config::RuleSet;
 use effect_recon::datafusion::arrow::csv::ReaderBuilder;
 use effect_recon::datafusion::arrow::record_batch::RecordBatch;
 use effect_recon::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use effect_recon::engine::session::SessionOptions;
 use effect_recon::recon::{self, RunPlan, RunReport};
-use effect_recon::session::SessionOptions;
 use effect_recon::snapshot::{SnapshotWriter, Table};
 use effect_recon::storage::Location;
 use effect_recon::time::parse_instant;
@@ -18,6 +19,32 @@ pub(crate) const TINY_CUT: &str = "2026-11-29T16:00:00Z";
 /// A path inside the repository.
 pub(crate) fn repo(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// The path of the binary under test.
+pub(crate) fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_effect-recon")
+}
+
+/// The binary with `args`, not yet started (for a test that sets a folder, stdin, pipes or
+/// environment variables before it runs it).
+pub(crate) fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(bin());
+    command.args(args);
+    command
+}
+
+/// Runs the binary with `args` to completion.
+pub(crate) fn effect_recon(args: &[&str]) -> Output {
+    command(args).output().expect("the binary runs")
+}
+
+/// stdout and stderr of an output, as text.
+pub(crate) fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 /// The committed tiny snapshot.

@@ -2,8 +2,8 @@
 //! many order_id passes gives identical outputs (plans change with all three; our answers
 //! must not).
 
+use effect_recon::engine::session::{self, SessionOptions};
 use effect_recon::recon::{reconcile, Bounds, Window};
-use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::Snapshot;
 use effect_recon::time::parse_instant;
 

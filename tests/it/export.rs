@@ -16,17 +16,18 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::Int64Type;
 use effect_recon::config::{JobConfig, RuleSet};
+use effect_recon::db::export::{self, ExportPlan, ExportReport};
+use effect_recon::db::load::{self, LoadOptions, LoadTable};
+use effect_recon::engine::session::{self, SessionOptions};
 use effect_recon::events::Events;
-use effect_recon::export::load::{self, LoadOptions, LoadTable};
-use effect_recon::export::{self, ExportPlan, ExportReport};
 use effect_recon::recon::{self, Outputs, Window};
-use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::{Snapshot, SnapshotWriter, Table, MANIFEST, UTC};
 use effect_recon::storage::Location;
 use effect_recon::time::{parse_instant, Micros};
 use effect_recon::Error;
 use sqlx::Connection;
 
+use super::common::command;
 use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
 const MINUTE: Micros = 60_000_000;
 
@@ -280,7 +281,7 @@ pub(super) async fn outputs(snapshot: &Location) -> Outputs {
         &ctx,
         &RuleSet::default_rules().unwrap(),
         &recon::Bounds::standalone(window, "export-test"),
-        effect_recon::session::ROWS_PER_PASS,
+        effect_recon::engine::session::ROWS_PER_PASS,
         false,
     )
     .await
@@ -529,11 +530,9 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
         .replace("root = \"/unused\"", &format!("root = \"{}\"", root.display()));
     let config = tmp.path().join("job.toml");
     std::fs::write(&config, &job).unwrap();
-    let bin = env!("CARGO_BIN_EXE_effect-recon");
 
     let out = tmp.path().join("snap");
-    let export = std::process::Command::new(bin)
-        .args(["export", "--config"])
+    let export = command(&["export", "--config"])
         .arg(&config)
         .arg("--out")
         .arg(&out)
@@ -544,8 +543,7 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
     assert!(out.join(MANIFEST).exists());
 
     let metrics = tmp.path().join("nightly.prom");
-    let nightly = std::process::Command::new(bin)
-        .args(["nightly", "--config"])
+    let nightly = command(&["nightly", "--config"])
         .arg(&config)
         .args(["--cut", "2026-11-29T16:00:00Z", "--fail-on-breaks", "--metrics-file"])
         .arg(&metrics)
@@ -564,7 +562,7 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
         stderr.contains("nightly: export done") && stderr.contains("nightly: run done"),
         "{stderr}"
     );
-    // --metrics-file works on nightly as on run (tests/it/statement.rs checks every value).
+    // --metrics-file works on nightly as on run (tests/it/notify.rs checks every value).
     let metrics = std::fs::read_to_string(&metrics).unwrap();
     assert!(metrics.contains("effect_recon_run_status{status=\"COMPLETE\"} 1\n"), "{metrics}");
     assert!(
@@ -574,8 +572,7 @@ async fn the_binary_exports_and_nightly_runs_with_exit_codes() {
 
     let broken = job.replace("FROM idempotent_msg", "FROM no_such_table");
     std::fs::write(&config, broken).unwrap();
-    let failed = std::process::Command::new(bin)
-        .args(["export", "--config"])
+    let failed = command(&["export", "--config"])
         .arg(&config)
         .arg("--out")
         .arg(tmp.path().join("snap2"))

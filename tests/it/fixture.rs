@@ -128,7 +128,7 @@ async fn an_empty_day_gives_empty_tables_with_the_full_schema() {
         (0, 0, 0)
     );
     let folder = out_dir.path().join("run=20261129T160000Z");
-    for table in effect_recon::recon::outputs::OutputTable::ALL {
+    for table in effect_recon::run_folder::tables::OutputTable::ALL {
         let batches = read_output(&folder, table.name());
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         assert_eq!(rows, 0, "{}", table.name());

@@ -9,18 +9,18 @@ use effect_recon::config::RuleSet;
 use effect_recon::datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use effect_recon::datafusion::arrow::datatypes::{Int32Type, Int64Type};
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use effect_recon::recon::publish::{read_run_manifest, run_folder};
 use effect_recon::recon::{self, RunReport};
+use effect_recon::run_folder::{read_run_manifest, run_folder};
 use effect_recon::verify::{self, VerifyPlan, VerifyReport};
 use effect_recon::workload::truth::{self, Judge, TRUTH_FILE};
-use effect_recon::workload::world::OrderRows;
-use effect_recon::workload::{self as gen, FaultRates, GenPlan, GenReport};
+use effect_recon::workload::world::{Fault, OrderRows};
+use effect_recon::workload::{self, FaultRates, WorkloadPlan, WorkloadReport};
 use proptest::prelude::*;
 
 use super::common::{self, block_on, location, tree_bytes};
 
-fn plan(dir: &Path, orders: u64, seed: u64) -> GenPlan {
-    let mut plan = GenPlan::new(location(&dir.join("snapshot")), orders).unwrap();
+fn plan(dir: &Path, orders: u64, seed: u64) -> WorkloadPlan {
+    let mut plan = WorkloadPlan::new(location(&dir.join("snapshot")), orders).unwrap();
     plan.seed = seed;
     plan
 }
@@ -41,9 +41,9 @@ async fn check(dir: &Path, run: &RunReport) -> VerifyReport {
 }
 
 /// gen, run and verify in `dir`.
-fn pipeline(dir: &Path, plan: &GenPlan) -> (GenReport, RunReport, VerifyReport) {
+fn pipeline(dir: &Path, plan: &WorkloadPlan) -> (WorkloadReport, RunReport, VerifyReport) {
     block_on(async {
-        let generated = gen::generate(plan).await.unwrap();
+        let generated = workload::generate(plan).await.unwrap();
         let run = reconcile(dir).await;
         let checked = check(dir, &run).await;
         (generated, run, checked)
@@ -81,19 +81,11 @@ fn ledger_offsets(snapshot: &Path) -> Vec<(i32, i64)> {
 }
 
 fn rates(scale: f64) -> FaultRates {
-    let d = FaultRates::default();
-    FaultRates {
-        reorder: d.reorder * scale,
-        compensated: d.compensated * scale,
-        cancel_race: d.cancel_race * scale,
-        lost_call: d.lost_call * scale,
-        duplicate: d.duplicate * scale,
-        orphan: d.orphan * scale,
-        stalled: d.stalled * scale,
-        unconsumed: d.unconsumed * scale,
-        revoked: d.revoked * scale,
-        edge: d.edge * scale,
+    let mut rates = FaultRates::default();
+    for fault in Fault::ALL {
+        rates.set(fault, fault.default_rate() * scale);
     }
+    rates
 }
 
 proptest! {
@@ -105,7 +97,7 @@ proptest! {
         for dir in [&a, &b] {
             let mut plan = plan(dir.path(), orders, seed);
             plan.rates = rates(scale);
-            block_on(gen::generate(&plan)).unwrap();
+            block_on(workload::generate(&plan)).unwrap();
         }
         let (fa, fb) = (tree_bytes(&a.path().join("snapshot")), tree_bytes(&b.path().join("snapshot")));
         prop_assert!(fa.iter().any(|(n, _)| n == "manifest.json") && fa.iter().any(|(n, _)| n == TRUTH_FILE));
@@ -118,7 +110,7 @@ proptest! {
         let mut plan = plan(dir.path(), orders, seed);
         plan.partitions = partitions;
         plan.consumers = consumers;
-        block_on(gen::generate(&plan)).unwrap();
+        block_on(workload::generate(&plan)).unwrap();
         let mut by_partition: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
         for (p, o) in ledger_offsets(&dir.path().join("snapshot")) {
             by_partition.entry(p).or_default().push(o);
@@ -247,13 +239,13 @@ fn incident_msg_7391_skipped_after_rebalance_is_found_with_reorder_suspected() {
 fn demo_style_rerun_in_the_same_folder_replaces_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let mut first = plan(dir.path(), 100, 1);
-    block_on(gen::generate(&first)).unwrap();
+    block_on(workload::generate(&first)).unwrap();
     assert!(
-        block_on(gen::generate(&first)).is_err(),
+        block_on(workload::generate(&first)).is_err(),
         "a complete snapshot is never overwritten silently"
     );
     first.replace = true;
     first.orders = 150;
-    let report = block_on(gen::generate(&first)).unwrap();
+    let report = block_on(workload::generate(&first)).unwrap();
     assert_eq!(report.orders, 150);
 }

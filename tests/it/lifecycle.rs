@@ -8,11 +8,12 @@ use std::path::Path;
 use effect_recon::datafusion::arrow::array::{Array, AsArray};
 use effect_recon::datafusion::arrow::datatypes::Int32Type;
 use effect_recon::datafusion::arrow::record_batch::RecordBatch;
-use effect_recon::history;
-use effect_recon::recon::lifecycle::{PreviousChoice, RunStatus};
+use effect_recon::inspect::history;
+use effect_recon::recon::lifecycle::PreviousChoice;
 use effect_recon::recon::RunPlan;
 use effect_recon::storage::Location;
 use effect_recon::time::parse_instant;
+use effect_recon::vocabulary::RunStatus;
 
 use super::common::*;
 
@@ -310,8 +311,7 @@ async fn history_lists_complete_runs_in_cut_order() {
 #[test]
 fn demo_nights_shows_the_lifecycle_through_sqlite_and_equals_every_night_truth() {
     let dir = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_effect-recon"))
-        .args(["demo", "--nights", "3", "--orders", "3000", "--dir"])
+    let output = command(&["demo", "--nights", "3", "--orders", "3000", "--dir"])
         .arg(dir.path())
         .output()
         .expect("the binary runs");

@@ -1,46 +1,49 @@
 //! The one integration test binary (every extra `tests/*.rs` would relink DataFusion).
 //!
-//! * `common`       — shared helpers: the tiny fixture, running, formatting outputs.
-//! * `databases`    — the MariaDB/PostgreSQL servers of the tests (fresh database per test).
-//! * `slt`          — sqllogictest files of `tests/slt/` against the exact text of `sql/`.
-//! * `fixture`      — `run` on the committed tiny snapshot equals the hand-checked outputs.
-//! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
+//! * `advise`       — `advise` recovers the consumer lag `gen` was given; its rules parse.
 //! * `bad_input`    — every kind of bad input gets its own clear error and no manifest.
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
-//! * `messages`     — what a new user sees: one cause once, naming the argument; every
-//!   `--help` example runs against the tiny fixture.
-//! * `links`        — README.md and docs/ have no dead links in a fresh clone.
-//! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
-//!   gen → run → verify equal to the ground truth; the msg-7391 incident.
-//! * `lifecycle`    — across nights (docs/SEMANTICS.md) through `run`: chains, overlapping windows,
-//!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
-//! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
-//!   finding (§9), and chained runs equal to every night's truth.
-//! * `scaling`      — a pass over one order_id range keeps all 16 partitions busy; passes
-//!   only when memory requires them.
-//! * `snapshots`    — reviewed insta snapshots of what the binary prints (filtered).
-//! * `s3`           — gen → run → verify through an S3 bucket (when
-//!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
-//! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
-//!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
-//! * `statement`    — `--metrics-file` (a Prometheus textfile equal to `summary.json`, written
-//!   atomically; read back by the Prometheus Python client when `EFFECT_RECON_TEST_PYTHON` is
-//!   set) and `--alert-webhook` (one POST to a local server; a failing one changes nothing).
-//! * `report`       — `report` and nightly's `report.html`, opened by headless chromium (when
-//!   installed; `.ci/run` installs it): every summary.json value in the DOM, charts drawn,
-//!   a non-blank screenshot, nothing fetched from a URL.
-//! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
-//!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
-//!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
-//! * `simulate`     — consumer policies over one world: same world per seed, `skip` = `gen`
-//!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
-//! * `advise`       — `advise` recovers the consumer lag `gen` was given; its rules parse.
 //! * `cluster`      — `run --engine ballista://…` on a real scheduler and two executors
 //!   (child processes on loopback ports): byte-identical to in-process over the tiny
 //!   fixture, several seeds and a chain of nights; a silent cluster, a killed executor,
 //!   executors that cannot reach the snapshot.
-//! * `reliability`  — issue 13, docs/RELIABILITY.md: kill -9 anywhere, concurrent writers,
-//!   failing storage, mutated Parquet, hostile SQL, a canary password; prints its counts.
+//! * `common`       — shared helpers: the tiny fixture, running `run` and the binary,
+//!   formatting outputs.
+//! * `databases`    — the MariaDB/PostgreSQL servers of the tests (fresh database per test).
+//! * `differential` — batch sizes {1, 7, 8192} × target partitions {1, 2, 4} agree.
+//! * `export`       — `export`/`nightly` against SQLite (always) and MariaDB/PostgreSQL (when
+//!   `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set): round trips, errors.
+//! * `export_chunking` — the fast export paths (pushed chunk ranges, binary COPY, several
+//!   connections) export what the plain path does and fail as it does (same databases).
+//! * `fixture`      — `run` on the committed tiny snapshot equals the hand-checked outputs.
+//! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
+//!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `lifecycle`    — across nights (docs/SEMANTICS.md) through `run`: chains, overlapping windows,
+//!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
+//! * `links`        — README.md and docs/ have no dead links in a fresh clone.
+//! * `messages`     — what a new user sees: one cause once, naming the argument; every
+//!   `--help` example runs against the tiny fixture.
+//! * `nights`       — `gen --nights`: deterministic, a truth that never drops an open
+//!   finding (§9), and chained runs equal to every night's truth.
+//! * `notify`       — `--metrics-file` (a Prometheus textfile equal to `summary.json`, written
+//!   atomically; read back by the Prometheus Python client when `EFFECT_RECON_TEST_PYTHON` is
+//!   set) and `--alert-webhook` (one POST to a local server; a failing one changes nothing).
+//! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
+//!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
+//!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
+//! * `reliability`  — docs/RELIABILITY.md: kill -9 anywhere, concurrent writers, failing
+//!   storage, mutated Parquet, hostile SQL, a canary password; prints its counts.
+//! * `report`       — `report` and nightly's `report.html`, opened by headless chromium (when
+//!   installed; `.ci/run` installs it): every summary.json value in the DOM, charts drawn,
+//!   a non-blank screenshot, nothing fetched from a URL.
+//! * `s3`           — gen → run → verify through an S3 bucket (when
+//!   `EFFECT_RECON_TEST_S3_BUCKET` is set; `.ci/run` starts a local S3 server).
+//! * `scaling`      — a pass over one order_id range keeps all 16 partitions busy; passes
+//!   only when memory requires them.
+//! * `simulate`     — consumer policies over one world: same world per seed, `skip` = `gen`
+//!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
+//! * `slt`          — sqllogictest files of `tests/slt/` against the exact text of `sql/`.
+//! * `snapshots`    — reviewed insta snapshots of what the binary prints (filtered).
 
 mod advise;
 mod bad_input;
@@ -51,13 +54,14 @@ mod common;
 mod databases;
 mod differential;
 mod export;
-mod export_speed;
+mod export_chunking;
 mod fixture;
 mod gen;
 mod lifecycle;
 mod links;
 mod messages;
 mod nights;
+mod notify;
 mod publish;
 mod reliability;
 mod report;
@@ -66,4 +70,3 @@ mod scaling;
 mod simulate;
 mod slt;
 mod snapshots;
-mod statement;

@@ -1,18 +1,18 @@
-//! What a new user sees in the first hour (issue 14): each error names its argument and
+//! What a new user sees in the first hour: each error names its argument and
 //! says its cause once, on one line; the small confirmations are there; and every example
 //! of every `--help` runs as printed against the tiny fixture.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use super::common::repo;
+use super::common::{command, repo};
 
-const BIN: &str = env!("CARGO_BIN_EXE_effect-recon");
-
+/// Runs the binary with `args` in `dir` (the `--help` examples use relative paths).
 fn effect_recon_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN).current_dir(dir).args(args).output().expect("the binary runs")
+    command(args).current_dir(dir).output().expect("the binary runs")
 }
 
+/// Runs the binary with `args` in the repository's root, where a new user starts.
 fn effect_recon(args: &[&str]) -> Output {
     effect_recon_in(&repo(""), args)
 }

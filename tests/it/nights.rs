@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 use effect_recon::datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use effect_recon::datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
@@ -14,31 +13,26 @@ use effect_recon::time::{format_compact, format_instant, DAY_MICROS};
 use effect_recon::verify;
 use effect_recon::workload::nights::{self, NightsPlan, NightsReport};
 use effect_recon::workload::truth::TRUTH_FILE;
-use effect_recon::workload::{FaultRates, GenPlan};
+use effect_recon::workload::world::Fault;
+use effect_recon::workload::{FaultRates, WorkloadPlan};
 
-use super::common::{block_on, tree_bytes};
+use super::common::{block_on, effect_recon, tree_bytes};
 
 fn heavy() -> FaultRates {
-    let d = FaultRates::default();
-    FaultRates {
-        reorder: d.reorder * 6.0,
-        compensated: d.compensated * 6.0,
-        cancel_race: d.cancel_race * 3.0,
-        lost_call: d.lost_call * 6.0,
-        duplicate: d.duplicate * 6.0,
-        orphan: d.orphan * 6.0,
-        stalled: d.stalled * 6.0,
-        unconsumed: d.unconsumed * 6.0,
-        revoked: d.revoked * 6.0,
-        edge: d.edge * 6.0,
+    let mut rates = FaultRates::default();
+    for fault in Fault::ALL {
+        let scale = if fault == Fault::CancelRace { 3.0 } else { 6.0 };
+        rates.set(fault, fault.default_rate() * scale);
     }
+    rates
 }
 
 fn plan(root: &Path, nights: usize, orders: u64, seed: u64) -> NightsPlan {
-    let mut gen = GenPlan::new(Location::parse(root.to_str().unwrap()).unwrap(), orders).unwrap();
-    gen.seed = seed;
-    gen.rates = heavy();
-    let mut plan = NightsPlan::new(gen, nights);
+    let mut workload =
+        WorkloadPlan::new(Location::parse(root.to_str().unwrap()).unwrap(), orders).unwrap();
+    workload.seed = seed;
+    workload.rates = heavy();
+    let mut plan = NightsPlan::new(workload, nights);
     plan.operations.late_receipt = 0.02;
     plan
 }
@@ -249,10 +243,6 @@ fn the_truth_never_drops_an_open_finding() {
     }
 }
 
-fn effect_recon(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().expect("the binary runs")
-}
-
 fn text(output: &std::process::Output) -> String {
     format!(
         "{}{}",
@@ -280,11 +270,11 @@ fn chained_runs_equal_the_truth_of_every_night_through_the_cli() {
     let (root, runs) = (dir.path().join("nights"), dir.path().join("runs"));
     let (root_text, runs_text) = (root.to_str().unwrap(), runs.to_str().unwrap());
     let args = ["gen", "--nights", "4", "--orders", "6000", "--seed", "9", "--out", root_text];
-    let gen = effect_recon(&args);
-    assert_eq!(gen.status.code(), Some(0), "{}", text(&gen));
-    assert!(text(&gen).contains("resolved: RECEIPT"), "{}", text(&gen));
+    let generated = effect_recon(&args);
+    assert_eq!(generated.status.code(), Some(0), "{}", text(&generated));
+    assert!(text(&generated).contains("resolved: RECEIPT"), "{}", text(&generated));
     let mut plan = plan(&root, 4, 6000, 9);
-    plan.gen.rates = FaultRates::default();
+    plan.workload.rates = FaultRates::default();
     run_chain(&plan, &root, &runs, &[]);
     let verify = effect_recon(&["verify", "--nights", root_text, "--runs", runs_text]);
     assert_eq!(verify.status.code(), Some(0), "{}", text(&verify));

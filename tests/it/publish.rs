@@ -17,11 +17,12 @@ use effect_recon::datafusion::arrow::array::{
 use effect_recon::datafusion::arrow::compute::{concat_batches, filter_record_batch};
 use effect_recon::datafusion::arrow::datatypes::{DataType, Field, Schema};
 use effect_recon::datafusion::parquet::arrow::ArrowWriter;
-use effect_recon::export::db::WriteTarget;
-use effect_recon::export::load::{self, LoadOptions};
-use effect_recon::export::publish::{self, PublishPlan, PublishReport};
-use effect_recon::export::reopen::{self, ItemStatus, ReopenMode, ReopenPlan, ReopenReport};
-use effect_recon::recon::publish::RunManifest;
+use effect_recon::db::load::{self, LoadOptions};
+use effect_recon::db::publish::{self, PublishPlan, PublishReport};
+use effect_recon::db::reopen::{self, ItemStatus, ReopenMode, ReopenPlan, ReopenReport};
+use effect_recon::db::WriteTarget;
+use effect_recon::vocabulary::{Class, Lifecycle, Resolution, Verdict};
+use effect_recon::run_folder::RunManifest;
 use effect_recon::snapshot::{FileEntry, TableFiles};
 use effect_recon::storage::Location;
 use sqlx::Connection;
@@ -131,7 +132,7 @@ fn later_run(out: &Path, first: &Path) -> Location {
         tables.insert(name.to_string(), TableFiles { files: vec![entry] });
     }
     let manifest = RunManifest {
-        format: effect_recon::recon::publish::RUN_FORMAT.into(),
+        format: effect_recon::run_folder::RUN_FORMAT.into(),
         run_id: LATER_RUN.into(),
         cut: LATER_CUT.into(),
         since: common::TINY_CUT.into(),
@@ -495,14 +496,11 @@ async fn mysql_wrong_password_is_never_printed() {
 
 // ---------------------------------------------------------------- the binary
 
-fn bin(args: &[&str]) -> (Option<i32>, String, String) {
-    let out =
-        std::process::Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// The exit code, stdout and stderr of the binary run with `args`.
+fn outcome(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = common::effect_recon(args);
+    let (stdout, stderr) = common::text(&output);
+    (output.status.code(), stdout, stderr)
 }
 
 #[tokio::test]
@@ -513,10 +511,10 @@ async fn the_binary_publishes_reopens_and_explains() {
     let run_arg = run_dir.to_str().unwrap();
     let url = sqlite_url(tmp.path(), "ops.db");
     let publish = ["publish", "--run", run_arg, "--to", &url, "--create"];
-    let (code, out, err) = bin(&publish);
+    let (code, out, err) = outcome(&publish);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("14 inserted, 0 updated"), "{out}");
-    let (code, out, _) = bin(&publish);
+    let (code, out, _) = outcome(&publish);
     assert_eq!(code, Some(0));
     assert!(out.contains("0 inserted, 0 updated"), "{out}");
     exec(
@@ -526,16 +524,17 @@ async fn the_binary_publishes_reopens_and_explains() {
     .await;
     let later = later_run(tmp.path(), &run_dir);
     let later_arg = later.display("");
-    let (code, out, err) = bin(&["publish", "--run", &later_arg, "--to", &url, "--fail-on-breaks"]);
+    let (code, out, err) =
+        outcome(&["publish", "--run", &later_arg, "--to", &url, "--fail-on-breaks"]);
     assert_eq!(code, Some(1), "done but still missing + --fail-on-breaks: {out}{err}");
     assert!(out.contains("done but still missing") && out.contains(DONE_8821), "{out}");
 
     load::load_snapshot(&common::tiny_snapshot(), &url, &LoadOptions::default()).await.unwrap();
-    let (code, out, _) = bin(&["reopen", "--run", run_arg, "--ledger", &url]);
+    let (code, out, _) = outcome(&["reopen", "--run", run_arg, "--ledger", &url]);
     assert_eq!(code, Some(0));
     assert!(out.contains("dry run, nothing changed: 3 would change"), "{out}");
     let replay = tmp.path().join("replay.jsonl");
-    let (code, out, err) = bin(&[
+    let (code, out, err) = outcome(&[
         "reopen",
         "--run",
         run_arg,
@@ -562,7 +561,7 @@ async fn the_binary_publishes_reopens_and_explains() {
     let snapshot = common::repo("fixtures/tiny/snapshot");
     let snapshot = snapshot.to_str().unwrap();
     let (code, out, err) =
-        bin(&["explain", "--snapshot", snapshot, "--run", run_arg, "--order", "8821"]);
+        outcome(&["explain", "--snapshot", snapshot, "--run", run_arg, "--order", "8821"]);
     assert_eq!(code, Some(0), "{err}");
     eprintln!("{out}");
     assert!(
@@ -570,7 +569,7 @@ async fn the_binary_publishes_reopens_and_explains() {
         "{out}"
     );
     assert!(out.contains("SKIPPED_BUT_DUE BREAK") && out.contains("WRONG"), "{out}");
-    let (code, out, _) = bin(&[
+    let (code, out, _) = outcome(&[
         "explain",
         "--snapshot",
         snapshot,
@@ -587,7 +586,7 @@ async fn the_binary_publishes_reopens_and_explains() {
     assert!(json["events"].as_array().unwrap().len() >= 8, "{json}");
 
     let (code, _, err) =
-        bin(&["publish", "--run", tmp.path().join("nope").to_str().unwrap(), "--to", &url]);
+        outcome(&["publish", "--run", tmp.path().join("nope").to_str().unwrap(), "--to", &url]);
     assert_eq!(code, Some(2));
     assert!(err.contains("no manifest.json"), "{err}");
     drop(run);
@@ -632,7 +631,7 @@ fn fake_run(out: &Path, n: usize) -> Location {
         tables.insert(name.to_string(), TableFiles { files: vec![entry] });
     }
     let manifest = RunManifest {
-        format: effect_recon::recon::publish::RUN_FORMAT.into(),
+        format: effect_recon::run_folder::RUN_FORMAT.into(),
         run_id: "20261129T160000Z".into(),
         cut: common::TINY_CUT.into(),
         since: "2026-11-28T16:00:00Z".into(),
@@ -723,7 +722,7 @@ async fn reopen_takes_the_ledger_table_and_columns_from_the_job_config() {
     let config = tmp.path().join("job.toml");
     std::fs::write(&config, job).unwrap();
     let run_arg = run.display("");
-    let (code, out, err) = bin(&[
+    let (code, out, err) = outcome(&[
         "reopen",
         "--run",
         &run_arg,
@@ -806,7 +805,7 @@ async fn postgres_a_row_changed_between_plan_and_apply_is_left_alone() {
 async fn end_to_end(url: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let path = |p: &str| tmp.path().join(p).to_str().unwrap().to_string();
-    let (code, _, err) = bin(&["gen", "--orders", "3000", "--seed", "3", "--out", &path("g")]);
+    let (code, _, err) = outcome(&["gen", "--orders", "3000", "--seed", "3", "--out", &path("g")]);
     assert_eq!(code, Some(0), "{err}");
     let g = Location::parse(&path("g")).unwrap();
     load::load_snapshot(&g, url, &LoadOptions::default()).await.unwrap();
@@ -829,7 +828,7 @@ async fn end_to_end(url: &str) {
     let job = job.replace("sqlite:fulfilment.db", url);
     std::fs::write(path("job.toml"), job).unwrap();
     let night = |cut: &str, since: &str, name: &str| {
-        let (code, _, err) = bin(&[
+        let (code, _, err) = outcome(&[
             "export",
             "--config",
             &path("job.toml"),
@@ -840,7 +839,7 @@ async fn end_to_end(url: &str) {
             "-q",
         ]);
         assert_eq!(code, Some(0), "{err}");
-        let (code, out, err) = bin(&[
+        let (code, out, err) = outcome(&[
             "run",
             "--snapshot",
             &path(&format!("snap-{name}")),
@@ -858,7 +857,7 @@ async fn end_to_end(url: &str) {
     let since = "2026-11-28T16:00:00Z";
     let first = night(common::TINY_CUT, since, "night1");
     let replay = path("replay.jsonl");
-    let (code, out, err) = bin(&[
+    let (code, out, err) = outcome(&[
         "reopen",
         "--run",
         &first.display(""),
@@ -873,7 +872,7 @@ async fn end_to_end(url: &str) {
 
     // The stand-in consumer: each republished message finds its row REVOKED, so it is
     // decided again; the order reached the due status, so the effects are granted.
-    let run1 = effect_recon::run_outputs::RunOutputs::read(&first).await.unwrap();
+    let run1 = effect_recon::run_folder::reader::RunOutputs::read(&first).await.unwrap();
     let lines = std::fs::read_to_string(&replay).unwrap();
     let mut granted = Vec::new();
     let at = if url.starts_with("postgres") {
@@ -906,7 +905,7 @@ async fn end_to_end(url: &str) {
     assert!(granted.len() >= 10, "the day has wrong skips and stalled reviews: {granted:?}");
 
     let second = night("2026-11-30T16:00:00Z", since, "night2");
-    let run2 = effect_recon::run_outputs::RunOutputs::read(&second).await.unwrap();
+    let run2 = effect_recon::run_folder::reader::RunOutputs::read(&second).await.unwrap();
     let still: Vec<(String, i64)> = run2
         .findings
         .iter()
@@ -914,8 +913,8 @@ async fn end_to_end(url: &str) {
         .filter(|k| granted.contains(k))
         .collect();
     assert!(still.is_empty(), "compensated findings are gone the next night: {still:?}");
-    let breaks = |r: &effect_recon::run_outputs::RunOutputs| {
-        r.findings.iter().filter(|f| f.verdict == "BREAK" && f.class == "DONE_NO_RECEIPT").count()
+    let breaks = |r: &effect_recon::run_folder::reader::RunOutputs| {
+        r.findings.iter().filter(|f| f.verdict == Verdict::Break && f.class == Class::DoneNoReceipt).count()
     };
     assert!(breaks(&run1) > 0);
     assert_eq!(breaks(&run1), breaks(&run2), "uncompensated findings are still found");
@@ -925,7 +924,7 @@ async fn end_to_end(url: &str) {
         .resolved
         .iter()
         .flatten()
-        .filter(|r| r.resolution == "RECEIPT")
+        .filter(|r| r.resolution == Resolution::Receipt)
         .map(|r| (r.effect.clone(), r.order_id))
         .collect();
     let mut missing: Vec<_> = granted.iter().filter(|g| !resolved.contains(g)).collect();
@@ -934,7 +933,7 @@ async fn end_to_end(url: &str) {
     let persisting = run2
         .findings
         .iter()
-        .filter(|f| f.class == "DONE_NO_RECEIPT" && f.lifecycle.as_deref() == Some("PERSISTING"))
+        .filter(|f| f.class == Class::DoneNoReceipt && f.lifecycle == Some(Lifecycle::Persisting))
         .count();
     assert_eq!(persisting, breaks(&run1), "still open, PERSISTING");
     let target = |u: &str| WriteTarget::new("publish", u, None).unwrap();

@@ -11,10 +11,8 @@ use serde_json::Value;
 
 use super::common::*;
 
-fn effect_recon(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().expect("the binary runs")
-}
-
+/// stdout and stderr as one text (of the binary, chromium or Python); unlike
+/// `common::text`, which keeps them apart.
 fn text(output: &Output) -> String {
     format!(
         "{}{}",

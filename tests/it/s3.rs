@@ -6,10 +6,10 @@
 //! was NOT run otherwise, and fails when the variable is set but the endpoint fails.
 
 use effect_recon::recon;
-use effect_recon::recon::publish::run_folder;
+use effect_recon::run_folder::run_folder;
 use effect_recon::storage::Location;
 use effect_recon::verify::{self, VerifyPlan};
-use effect_recon::workload::{self as gen, truth::TRUTH_FILE, GenPlan};
+use effect_recon::workload::{self, truth::TRUTH_FILE, WorkloadPlan};
 
 use super::common::plan;
 
@@ -27,9 +27,9 @@ async fn gen_run_verify_through_an_s3_bucket() {
     let snapshot = Location::parse(&format!("{prefix}/snapshot")).unwrap();
     let out = Location::parse(&format!("{prefix}/recon")).unwrap();
 
-    let mut gen_plan = GenPlan::new(snapshot.clone(), 3000).unwrap();
+    let mut gen_plan = WorkloadPlan::new(snapshot.clone(), 3000).unwrap();
     gen_plan.incident = true;
-    gen::generate(&gen_plan).await.expect("gen writes to the bucket");
+    workload::generate(&gen_plan).await.expect("gen writes to the bucket");
 
     let mut plan = plan(&snapshot, &out);
     let report = recon::run(&plan, &effect_recon::events::Events::none())

@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use effect_recon::engine::session::{self, SessionOptions};
 use effect_recon::recon::{reconcile, Bounds, Window};
-use effect_recon::session::{self, SessionOptions};
 use effect_recon::snapshot::{Snapshot, SnapshotWriter, Table};
 use effect_recon::storage::Location;
-use effect_recon::workload::{generate, GenPlan};
+use effect_recon::workload::{generate, WorkloadPlan};
 
 use super::common::*;
 
@@ -22,7 +22,7 @@ const SMALL_ROW_GROUPS: usize = 500;
 /// large one: many row groups per file, files sorted by order_id.
 async fn day_with_many_row_groups(dir: &Path, orders: u64) -> Location {
     let generated = dir.join("generated");
-    generate(&GenPlan::new(location(&generated), orders).unwrap()).await.unwrap();
+    generate(&WorkloadPlan::new(location(&generated), orders).unwrap()).await.unwrap();
     let source = Snapshot::open(&location(&generated)).await.unwrap();
     let out = location(&dir.join("snapshot"));
     let mut writer = SnapshotWriter::create(&out, source.cut(), "tests").await.unwrap();

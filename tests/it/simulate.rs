@@ -5,11 +5,12 @@ use std::path::Path;
 use effect_recon::config::RuleSet;
 use effect_recon::simulate::{self, PolicyReport, SimPlan, DEFAULT_POLICIES};
 use effect_recon::storage::Location;
+use effect_recon::vocabulary::LedgerAction;
 use effect_recon::workload::world::{
-    action, MsgId, OrderRows, Policy, PolicyOutcome, Status, Work, World, INCIDENT_ORDER,
+    Fault, MsgId, OrderRows, Policy, PolicyOutcome, Status, Work, World, INCIDENT_ORDER,
     INCIDENT_PAID_MSG,
 };
-use effect_recon::workload::{self as gen, FaultRates, GenPlan};
+use effect_recon::workload::{self, FaultRates, WorkloadPlan};
 
 use super::common::{block_on, location, tree_bytes};
 
@@ -26,8 +27,9 @@ fn policies() -> Vec<Policy> {
     .collect()
 }
 
-fn world(rates: FaultRates, seed: u64) -> (GenPlan, World) {
-    let mut plan = GenPlan::new(Location::parse("/tmp/unused-simulate").unwrap(), 3000).unwrap();
+fn world(rates: FaultRates, seed: u64) -> (WorkloadPlan, World) {
+    let mut plan =
+        WorkloadPlan::new(Location::parse("/tmp/unused-simulate").unwrap(), 3000).unwrap();
     plan.seed = seed;
     plan.rates = rates;
     plan.incident = true;
@@ -37,7 +39,7 @@ fn world(rates: FaultRates, seed: u64) -> (GenPlan, World) {
 
 /// Runs `policy` over every order of `plan`, calling `each` on every order's rows.
 fn run_policy(
-    plan: &GenPlan,
+    plan: &WorkloadPlan,
     world: &World,
     policy: &Policy,
     trace: bool,
@@ -78,7 +80,7 @@ fn every_policy_sees_the_same_world() {
         let mut skipped = 0;
         let outcome = run_policy(&plan, &world, &policy, false, |o| {
             rows.push(world_rows(o));
-            skipped += o.ledger.iter().filter(|e| e.action == action::SKIPPED).count();
+            skipped += o.ledger.iter().filter(|e| e.action == LedgerAction::Skipped).count();
         });
         assert_eq!(outcome.orders, 3001, "{policy}");
         match &reference {
@@ -107,10 +109,10 @@ fn skip_is_gen_byte_for_byte() {
     plan.net = Some(location(&dir.path().join("sim")));
     let reports = block_on(simulate::simulate(&plan)).unwrap();
     assert!(reports[0].net.as_ref().unwrap().exact);
-    let mut gen_plan = GenPlan::new(location(&dir.path().join("gen")), 1500).unwrap();
+    let mut gen_plan = WorkloadPlan::new(location(&dir.path().join("gen")), 1500).unwrap();
     gen_plan.seed = 5;
     gen_plan.incident = true;
-    block_on(gen::generate(&gen_plan)).unwrap();
+    block_on(workload::generate(&gen_plan)).unwrap();
     let generated = tree_bytes(&dir.path().join("gen"));
     let simulated = tree_bytes(&dir.path().join("sim").join("skip").join("snapshot"));
     assert!(generated.len() >= 6, "{:?}", generated.iter().map(|f| &f.0).collect::<Vec<_>>());
@@ -125,7 +127,7 @@ fn skip_is_gen_byte_for_byte() {
 
 fn net_reports(policies: &str, rates: FaultRates, dir: &Path) -> Vec<PolicyReport> {
     let mut plan = SimPlan::new(2500, 3, policies).unwrap();
-    plan.gen.rates = rates;
+    plan.workload.rates = rates;
     plan.net = Some(location(dir));
     block_on(simulate::simulate(&plan)).unwrap()
 }
@@ -133,8 +135,10 @@ fn net_reports(policies: &str, rates: FaultRates, dir: &Path) -> Vec<PolicyRepor
 #[test]
 fn every_policy_net_is_exact_and_state_machine_never_skips_a_due_effect() {
     let dir = tempfile::tempdir().unwrap();
-    let rates =
-        FaultRates { reorder: 0.03, revoked: 0.0, cancel_race: 0.03, ..FaultRates::default() };
+    let rates = FaultRates::default()
+        .with(Fault::Reorder, 0.03)
+        .with(Fault::Revoked, 0.0)
+        .with(Fault::CancelRace, 0.03);
     let list = format!("{DEFAULT_POLICIES},scan:1m:2h");
     let reports = net_reports(&list, rates, dir.path());
     assert_eq!(reports.len(), 7);
@@ -159,7 +163,7 @@ fn pending_review_wins_only_with_n_longer_than_the_gap() {
     // handled within 3 s of its change sees the status before it and is skipped.
     let (plan, world) = world(FaultRates::none(), 21);
     let world = world.with_read_lag(3 * SECOND);
-    let plan = GenPlan { orders: 400, incident: false, ..plan };
+    let plan = WorkloadPlan { orders: 400, incident: false, ..plan };
     let lost = |policy: &str| {
         run_policy(&plan, &world, &Policy::parse(policy).unwrap(), false, |_| {}).lost
     };
@@ -170,7 +174,7 @@ fn pending_review_wins_only_with_n_longer_than_the_gap() {
     // The rebalance incident is the other kind of reorder: the status is already past
     // PAID, and stays past it, so no N re-checking the current status saves it.
     let (plan, world) = self::world(FaultRates::none(), 21);
-    let plan = GenPlan { orders: 1, ..plan };
+    let plan = WorkloadPlan { orders: 1, ..plan };
     for n in ["1s", "60s", "1h"] {
         let policy = Policy::parse(&format!("pending-review:{n}")).unwrap();
         let outcome = run_policy(&plan, &world, &policy, false, |_| {});
@@ -183,7 +187,7 @@ fn rereview_event_revokes_the_incident_skip() {
     let (plan, world) = world(FaultRates::none(), 7);
     let cut = world.cut();
     let world = world.with_horizon(cut + 3 * DAY);
-    let plan = GenPlan { orders: 1, ..plan };
+    let plan = WorkloadPlan { orders: 1, ..plan };
     let mut incident = None;
     let outcome = run_policy(&plan, &world, &Policy::RereviewEvent, true, |o| {
         if o.order_id == INCIDENT_ORDER {
@@ -197,7 +201,7 @@ fn rereview_event_revokes_the_incident_skip() {
     // and after ORDER_SHIPPED's row, and points and WMS were granted for it.
     let paid = row(INCIDENT_PAID_MSG);
     let shipped = row("msg-7392");
-    assert_eq!((paid.action, paid.event), (action::DONE, Status::Paid));
+    assert_eq!((paid.action, paid.event), (LedgerAction::Done, Status::Paid));
     assert!(paid.decided_at > shipped.decided_at + 60 * SECOND, "{paid:?} {shipped:?}");
     let granted =
         order.receipts.iter().filter(|r| r.msg_id == Some(MsgId::Named(INCIDENT_PAID_MSG))).count();

@@ -3,13 +3,9 @@
 //! deliberate change of the output, `INSTA_UPDATE=always cargo test --test it snapshots`
 //! rewrites them and the diff is reviewed like code.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use super::common::*;
-
-fn effect_recon(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_effect-recon")).args(args).output().expect("the binary runs")
-}
 
 /// stdout, then stderr, then the exit code, as one reviewed text.
 fn shown(output: &Output) -> String {

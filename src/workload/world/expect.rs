@@ -1,24 +1,20 @@
 //! What a correct run must report for each planted mechanism: the ground truth's
 //! expectations, judged at the instant each becomes due.
 
-use super::model::{action, Expect, ExpectTarget, MsgId, OrderRows, Provider, Status};
+use super::model::{Expect, ExpectTarget, MsgId, OrderRows, Provider, Status};
 use super::simulate::{Loss, Mechanism};
 use super::World;
-use crate::time::Micros;
+use crate::vocabulary::{Class, LedgerAction, SkipVerdict, Verdict};
 
 impl World {
-    pub(super) fn skip_expect(&self, out: &OrderRows, allowed: &'static [&'static str]) -> Expect {
+    /// The skip verdict of the order's first SKIPPED row, judged at the cut.
+    pub(super) fn skip_expect(&self, out: &OrderRows, verdicts: &'static [SkipVerdict]) -> Expect {
         let msg_id = out
             .ledger
             .iter()
-            .find(|e| e.action == action::SKIPPED)
+            .find(|e| e.action == LedgerAction::Skipped)
             .map_or(MsgId::Named("none"), |e| e.msg_id);
-        Expect {
-            target: ExpectTarget::SkipVerdict(msg_id),
-            allowed,
-            verdict: None,
-            judged_at: self.cut,
-        }
+        Expect { target: ExpectTarget::SkipVerdict { msg_id, verdicts }, judged_at: self.cut }
     }
 
     /// Records what a correct run must report for `mechanism` on this order.
@@ -28,25 +24,25 @@ impl World {
             Mechanism::Zombie { compensate } => self.expect_zombie(compensate, out),
             Mechanism::CancelRace => expect_correct_skip(out),
             Mechanism::LostCall { status, provider, loss } => {
-                let allowed: &'static [&'static str] =
-                    if loss == Loss::Retried { &[] } else { &["DONE_NO_RECEIPT"] };
-                self.expect_findings(out, status, &[provider], allowed);
+                let classes: &'static [Class] =
+                    if loss == Loss::Retried { &[] } else { &[Class::DoneNoReceipt] };
+                self.expect_findings(out, status, &[provider], classes);
             }
             Mechanism::Duplicate { provider, reversed, .. } => {
                 expect_duplicate(provider, reversed, out)
             }
             Mechanism::Stalled { status } => {
-                self.expect_findings(out, status, status.providers(), &["REVIEW_STALLED"])
+                self.expect_findings(out, status, status.providers(), &[Class::ReviewStalled])
             }
             Mechanism::Revoked { status } => {
-                self.expect_findings(out, status, status.providers(), &["SKIPPED_BUT_DUE"]);
+                self.expect_findings(out, status, status.providers(), &[Class::SkippedButDue]);
                 expect_skip_verdict(out, status, &[]);
             }
             Mechanism::Unconsumed => self.expect_findings(
                 out,
                 Status::Paid,
                 Status::Paid.providers(),
-                &["NO_LEDGER_ENTRY"],
+                &[Class::NoLedgerEntry],
             ),
         }
     }
@@ -54,13 +50,14 @@ impl World {
     /// A wrong skip of ORDER_PAID by a zombie consumer; compensated by hand, it may also
     /// be judged HARMLESS (and its effects are no longer missing).
     fn expect_zombie(&self, compensate: bool, out: &mut OrderRows) {
-        let allowed: &'static [&'static str] =
-            if compensate { &["WRONG", "PENDING", "HARMLESS"] } else { &["WRONG", "PENDING"] };
+        use SkipVerdict::{Harmless, Pending, Wrong};
+        let verdicts: &'static [SkipVerdict] =
+            if compensate { &[Wrong, Pending, Harmless] } else { &[Wrong, Pending] };
         if !compensate {
             let providers = Status::Paid.providers();
-            self.expect_findings(out, Status::Paid, providers, &["SKIPPED_BUT_DUE"]);
+            self.expect_findings(out, Status::Paid, providers, &[Class::SkippedButDue]);
         }
-        expect_skip_verdict(out, Status::Paid, allowed);
+        expect_skip_verdict(out, Status::Paid, verdicts);
     }
 
     /// A finding of each of `providers` on the `status` change, judged once it is due.
@@ -69,14 +66,12 @@ impl World {
         out: &mut OrderRows,
         status: Status,
         providers: &[Provider],
-        allowed: &'static [&'static str],
+        classes: &'static [Class],
     ) {
         for &provider in providers {
             if let Some(at) = out.change(status) {
                 out.expects.push(Expect {
-                    target: ExpectTarget::Finding(provider),
-                    allowed,
-                    verdict: None,
+                    target: ExpectTarget::Finding { provider, classes, verdict: None },
                     judged_at: at + self.grace(provider),
                 });
             }
@@ -85,12 +80,10 @@ impl World {
 }
 
 /// The skip verdict of the `status` message, judged when it was decided.
-fn expect_skip_verdict(out: &mut OrderRows, status: Status, allowed: &'static [&'static str]) {
+fn expect_skip_verdict(out: &mut OrderRows, status: Status, verdicts: &'static [SkipVerdict]) {
     if let Some(entry) = out.ledger.iter().find(|e| e.event == status).copied() {
         out.expects.push(Expect {
-            target: ExpectTarget::SkipVerdict(entry.msg_id),
-            allowed,
-            verdict: None,
+            target: ExpectTarget::SkipVerdict { msg_id: entry.msg_id, verdicts },
             judged_at: entry.decided_at,
         });
     }
@@ -98,11 +91,12 @@ fn expect_skip_verdict(out: &mut OrderRows, status: Status, allowed: &'static [&
 
 /// The cancellation race's skip is correct.
 fn expect_correct_skip(out: &mut OrderRows) {
-    if let Some(entry) = out.ledger.iter().find(|e| e.action == action::SKIPPED).copied() {
+    if let Some(entry) = out.ledger.iter().find(|e| e.action == LedgerAction::Skipped).copied() {
         out.expects.push(Expect {
-            target: ExpectTarget::SkipVerdict(entry.msg_id),
-            allowed: &["CORRECT"],
-            verdict: None,
+            target: ExpectTarget::SkipVerdict {
+                msg_id: entry.msg_id,
+                verdicts: &[SkipVerdict::Correct],
+            },
             judged_at: entry.decided_at,
         });
     }
@@ -110,15 +104,10 @@ fn expect_correct_skip(out: &mut OrderRows) {
 
 /// The redelivery's second receipt is a duplicate effect, unless it was reversed since.
 fn expect_duplicate(provider: Provider, reversed: bool, out: &mut OrderRows) {
-    let mut times: Vec<Micros> =
-        out.receipts.iter().filter(|r| r.provider == provider).map(|r| r.created_at).collect();
-    times.sort_unstable();
-    if let Some(&second) = times.get(1) {
-        let allowed: &'static [&'static str] = if reversed { &[] } else { &["DUPLICATE_EFFECT"] };
+    if let Some(second) = out.second_receipt_at(provider) {
+        let classes: &'static [Class] = if reversed { &[] } else { &[Class::DuplicateEffect] };
         out.expects.push(Expect {
-            target: ExpectTarget::Finding(provider),
-            allowed,
-            verdict: Some("BREAK"),
+            target: ExpectTarget::Finding { provider, classes, verdict: Some(Verdict::Break) },
             judged_at: second,
         });
     }

@@ -1,11 +1,12 @@
 //! Faults planted without the usual mechanism: orphan grants, the canonical incident and
 //! instants placed exactly on a window boundary.
 
-use super::model::{action, receipt, Expect, ExpectTarget, MsgId, OrderRows, ReceiptEntry};
+use super::model::{Expect, ExpectTarget, MsgId, OrderRows, ReceiptEntry};
 use super::model::{Provider, Status, StatusChange};
 use super::simulate::{Loss, Mechanism};
-use super::{World, HOUR, INCIDENT_PAID_MSG, INCIDENT_SHIPPED_MSG, MINUTE};
-use crate::time::Micros;
+use super::{World, INCIDENT_PAID_MSG, INCIDENT_SHIPPED_MSG};
+use crate::time::{Micros, HOUR_MICROS, MINUTE_MICROS};
+use crate::vocabulary::{Class, LedgerAction, ReceiptStatus, SkipVerdict, Verdict};
 use crate::workload::rng::SplitMix64;
 
 impl World {
@@ -20,26 +21,28 @@ impl World {
             if rng.chance(0.5) {
                 out.history.push(StatusChange {
                     status: Status::Cancelled,
-                    at: t0 + rng.between(10 * MINUTE, 3 * HOUR),
+                    at: t0 + rng.between(10 * MINUTE_MICROS, 3 * HOUR_MICROS),
                 });
             }
             self.quiet_before_cut(out);
             self.handle_messages(rng, Mechanism::Normal, out);
-            t0 + rng.between(20 * MINUTE, 20 * HOUR)
+            t0 + rng.between(20 * MINUTE_MICROS, 20 * HOUR_MICROS)
         };
         out.receipts.push(ReceiptEntry {
             provider: Provider::Points,
             seq: 0,
             msg_id: None,
             produced: None,
-            status: receipt::SUCCEEDED,
+            status: ReceiptStatus::Succeeded,
             created_at: granted,
         });
         let judged_at = granted + self.grace(Provider::Points);
         out.expects.push(Expect {
-            target: ExpectTarget::Finding(Provider::Points),
-            allowed: &["ORPHAN_EFFECT"],
-            verdict: None,
+            target: ExpectTarget::Finding {
+                provider: Provider::Points,
+                classes: &[Class::OrphanEffect],
+                verdict: None,
+            },
             judged_at,
         });
     }
@@ -59,7 +62,7 @@ impl World {
         out.receipts.iter_mut().for_each(|r| r.msg_id = r.msg_id.map(rename));
         self.expect(mechanism, out);
         if let Some(paid) = out.change(Status::Paid) {
-            out.shift(self.cut - 8 * HOUR - paid);
+            out.shift(self.cut - 8 * HOUR_MICROS - paid);
         }
     }
 
@@ -111,28 +114,27 @@ impl World {
             1 => since - points,
             2 | 4 => since,
             3 | 5 | 7 | 8 => cut,
-            _ => cut - 20 * MINUTE,
+            _ => cut - 20 * MINUTE_MICROS,
         }
     }
 
     /// What a correct run reports for edge `case`, once its mechanism has run.
     fn edge_case_expect(&self, case: usize, out: &OrderRows) -> Expect {
-        let finding = |allowed: &'static [&'static str], verdict: Option<&'static str>| Expect {
-            target: ExpectTarget::Finding(Provider::Points),
-            allowed,
-            verdict,
+        let finding = |classes: &'static [Class], verdict: Option<Verdict>| Expect {
+            target: ExpectTarget::Finding { provider: Provider::Points, classes, verdict },
             judged_at: self.cut,
         };
+        let (brk, pending) = (Some(Verdict::Break), Some(Verdict::Pending));
         match case {
-            0 => finding(&["DONE_NO_RECEIPT"], Some("BREAK")),
+            0 => finding(&[Class::DoneNoReceipt], brk),
             1 | 4 => finding(&[], None),
             2 => self.skip_expect(out, &[]),
-            3 => self.skip_expect(out, &["CORRECT"]),
-            5 => finding(&["DUPLICATE_EFFECT"], Some("BREAK")),
-            6 => finding(&["ORPHAN_EFFECT"], Some("BREAK")),
-            7 => finding(&["ORPHAN_EFFECT"], Some("PENDING")),
-            8 => finding(&["NO_LEDGER_ENTRY"], Some("PENDING")),
-            _ => self.skip_expect(out, &["PENDING"]),
+            3 => self.skip_expect(out, &[SkipVerdict::Correct]),
+            5 => finding(&[Class::DuplicateEffect], brk),
+            6 => finding(&[Class::OrphanEffect], brk),
+            7 => finding(&[Class::OrphanEffect], pending),
+            8 => finding(&[Class::NoLedgerEntry], pending),
+            _ => self.skip_expect(out, &[SkipVerdict::Pending]),
         }
     }
 
@@ -147,18 +149,9 @@ impl World {
         match key {
             Key::DueAt => out.change(Status::Paid),
             Key::SkipDecided => {
-                out.ledger.iter().find(|e| e.action == action::SKIPPED).map(|e| e.decided_at)
+                out.ledger.iter().find(|e| e.action == LedgerAction::Skipped).map(|e| e.decided_at)
             }
-            Key::SecondReceipt => {
-                let mut times: Vec<Micros> = out
-                    .receipts
-                    .iter()
-                    .filter(|r| r.provider == Provider::Points && r.status == receipt::SUCCEEDED)
-                    .map(|r| r.created_at)
-                    .collect();
-                times.sort_unstable();
-                times.get(1).copied()
-            }
+            Key::SecondReceipt => out.second_receipt_at(Provider::Points),
         }
     }
 

@@ -13,7 +13,7 @@
 //! one order, in the order its messages were produced.
 use super::rng::{mix, SplitMix64};
 use super::FaultRates;
-use crate::time::{Micros, DAY_MICROS};
+use crate::time::{Micros, DAY_MICROS, HOUR_MICROS, MILLI_MICROS, SECOND_MICROS};
 
 /// The topic every message is on.
 pub const TOPIC: &str = "order-event";
@@ -24,16 +24,12 @@ pub const INCIDENT_PAID_MSG: &str = "msg-7391";
 /// The ORDER_SHIPPED message of the canonical incident (handled first, after a rebalance).
 pub const INCIDENT_SHIPPED_MSG: &str = "msg-7392";
 
-const MS: Micros = 1_000;
-const SECOND: Micros = 1_000_000;
-const MINUTE: Micros = 60 * SECOND;
-const HOUR: Micros = 60 * MINUTE;
 /// Nothing happens in the last seconds before the cut unless a fault says so: the cut is
 /// taken at a quiet point, so that a fault-free workload has no finding at all (every
 /// message produced by the cut is handled, with its receipts, by the cut).
-const QUIET: Micros = 5 * SECOND;
+const QUIET: Micros = 5 * SECOND_MICROS;
 /// Time between two rebalances of the consumer group.
-const REBALANCE_PERIOD: Micros = 3 * HOUR;
+const REBALANCE_PERIOD: Micros = 3 * HOUR_MICROS;
 
 mod expect;
 mod faults;
@@ -42,8 +38,8 @@ mod policy;
 mod simulate;
 
 pub use model::{
-    action, receipt, Expect, ExpectTarget, Fault, LedgerEntry, MsgId, OrderRows, Provider,
-    ReceiptEntry, Status, StatusChange,
+    Expect, ExpectTarget, Fault, LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry, Status,
+    StatusChange,
 };
 pub use policy::{Charge, Policy, PolicyOutcome, Work, DEFAULT_SCAN_TTL};
 use simulate::Mechanism;
@@ -93,7 +89,7 @@ pub enum Lag {
 
 impl Default for Lag {
     fn default() -> Self {
-        Lag::Uniform { low: 5 * MS, high: 1500 * MS }
+        Lag::Uniform { low: 5 * MILLI_MICROS, high: 1500 * MILLI_MICROS }
     }
 }
 
@@ -168,8 +164,8 @@ impl World {
             cut,
             since: cut - DAY_MICROS,
             start,
-            span: 2 * DAY_MICROS + 2 * HOUR,
-            horizon: cut + 6 * HOUR,
+            span: 2 * DAY_MICROS + 2 * HOUR_MICROS,
+            horizon: cut + 6 * HOUR_MICROS,
             epoch,
             rates,
             incident,
@@ -183,7 +179,7 @@ impl World {
     /// The same world with the consumer group rebalancing every `period` instead of
     /// every 3 hours.
     pub fn with_rebalance_period(mut self, period: Micros) -> Self {
-        self.rebalance_period = period.max(SECOND);
+        self.rebalance_period = period.max(SECOND_MICROS);
         self.epoch = rebalance_epoch(self.seed, self.start, self.rebalance_period);
         self
     }
@@ -336,11 +332,13 @@ fn rebalance_epoch(seed: u64, start: Micros, period: Micros) -> Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::MINUTE_MICROS;
+    use crate::vocabulary::LedgerAction;
 
     const CUT: Micros = 1_796_000_400_000_000;
 
     fn world(rates: FaultRates) -> World {
-        World::new(7, 24, 8, CUT, rates, true, [30 * MINUTE; 3])
+        World::new(7, 24, 8, CUT, rates, true, [30 * MINUTE_MICROS; 3])
     }
 
     #[test]
@@ -351,11 +349,13 @@ mod tests {
         for order_id in 1..500 {
             w.simulate(order_id, &mut offsets, &mut out);
             for e in &out.ledger {
-                assert_eq!(e.action == action::DONE, e.observed == e.event, "{e:?}");
+                assert_eq!(e.action == LedgerAction::Done, e.observed == e.event, "{e:?}");
                 assert_eq!(e.partition, w.partition(order_id));
             }
-            let done_paid =
-                out.ledger.iter().any(|e| e.event == Status::Paid && e.action == action::DONE);
+            let done_paid = out
+                .ledger
+                .iter()
+                .any(|e| e.event == Status::Paid && e.action == LedgerAction::Done);
             let points = out.receipts.iter().filter(|r| r.provider == Provider::Points).count();
             assert_eq!(points, usize::from(done_paid), "order {order_id}");
         }
@@ -369,9 +369,9 @@ mod tests {
         let paid = out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_PAID_MSG)).unwrap();
         let shipped =
             out.ledger.iter().find(|e| e.msg_id == MsgId::Named(INCIDENT_SHIPPED_MSG)).unwrap();
-        assert_eq!((paid.action, paid.observed), (action::SKIPPED, Status::Shipped));
+        assert_eq!((paid.action, paid.observed), (LedgerAction::Skipped, Status::Shipped));
         assert!(paid.offset < shipped.offset && paid.decided_at > shipped.decided_at);
-        assert_eq!(out.change(Status::Paid), Some(CUT - 8 * HOUR));
+        assert_eq!(out.change(Status::Paid), Some(CUT - 8 * HOUR_MICROS));
     }
 
     #[test]

@@ -5,28 +5,7 @@
 use std::fmt;
 
 use crate::time::Micros;
-
-/// Ledger actions the handler writes.
-pub mod action {
-    /// The side effects were performed.
-    pub const DONE: &str = "DONE";
-    /// The order status did not match: nothing done.
-    pub const SKIPPED: &str = "SKIPPED";
-    /// Parked for a human who never came.
-    pub const PENDING_REVIEW: &str = "PENDING_REVIEW";
-    /// Revoked by an operator (to be re-driven; it never was).
-    pub const REVOKED: &str = "REVOKED";
-}
-
-/// Receipt statuses the providers write.
-pub mod receipt {
-    /// The call succeeded.
-    pub const SUCCEEDED: &str = "SUCCEEDED";
-    /// The call failed.
-    pub const FAILED: &str = "FAILED";
-    /// The effect was undone afterwards.
-    pub const REVERSED: &str = "REVERSED";
-}
+use crate::vocabulary::{Class, LedgerAction, ReceiptStatus, SkipVerdict, Verdict};
 
 /// An order status; each change to one emits `ORDER_<STATUS>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,8 +143,8 @@ pub struct LedgerEntry {
     pub event: Status,
     /// When the message was produced (not written; decides whether it exists at dump time).
     pub produced: Micros,
-    /// DONE, SKIPPED, PENDING_REVIEW or REVOKED.
-    pub action: &'static str,
+    /// What the handler decided.
+    pub action: LedgerAction,
     /// The order status the handler saw.
     pub observed: Status,
     /// Kafka partition.
@@ -189,8 +168,8 @@ pub struct ReceiptEntry {
     pub msg_id: Option<MsgId>,
     /// When the causing message was produced (`None`: not caused by a message).
     pub produced: Option<Micros>,
-    /// SUCCEEDED, FAILED or REVERSED.
-    pub status: &'static str,
+    /// What the provider recorded.
+    pub status: ReceiptStatus,
     /// When the provider recorded it.
     pub created_at: Micros,
 }
@@ -199,84 +178,105 @@ pub struct ReceiptEntry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpectTarget {
     /// A finding of this provider's effect on the order.
-    Finding(Provider),
+    Finding {
+        /// Whose effect.
+        provider: Provider,
+        /// Accepted classes; empty: the order has no finding of this effect.
+        classes: &'static [Class],
+        /// The exact verdict, when the fault pins it.
+        verdict: Option<Verdict>,
+    },
     /// The skip verdict of this message.
-    SkipVerdict(MsgId),
+    SkipVerdict {
+        /// The skipped message.
+        msg_id: MsgId,
+        /// Accepted verdicts; empty: the message has no skip verdict.
+        verdicts: &'static [SkipVerdict],
+    },
 }
 
 /// An expectation of a planted fault, judged against the ground truth.
 #[derive(Debug, Clone, Copy)]
 pub struct Expect {
-    /// Which truth row.
+    /// Which truth row, and what it may hold.
     pub target: ExpectTarget,
-    /// Accepted classes (findings) or verdicts (skip verdicts); empty = the row must be absent.
-    pub allowed: &'static [&'static str],
-    /// For findings, the exact verdict when the fault pins it.
-    pub verdict: Option<&'static str>,
     /// The instant the row is judged at; the expectation holds when it is inside the window.
     pub judged_at: Micros,
 }
 
-/// The planted faults, as reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Fault {
-    /// ORDER_PAID finished by a zombie consumer after a rebalance, after the fast
-    /// ORDER_SHIPPED: SKIPPED on SHIPPED (the incident).
-    Reorder,
-    /// A reorder whose lost effects were granted by hand later.
-    Compensated,
-    /// Cancelled or refunded before the handler ran: a correct skip.
-    CancelRace,
-    /// DONE, but a provider lost (or failed) the call.
-    LostCall,
-    /// A crash between the provider call and the ledger write: the redelivered message
-    /// calls a non-idempotent provider again.
-    Duplicate,
-    /// A manual grant on an order that was never paid (or does not exist).
-    Orphan,
-    /// Parked as PENDING_REVIEW and forgotten.
-    Stalled,
-    /// ORDER_PAID consumed only after the cut.
-    Unconsumed,
-    /// The ledger row revoked by an operator; never re-driven.
-    Revoked,
-    /// An instant placed exactly on a window boundary.
-    Edge,
-    /// The canonical incident of order 8821.
-    Incident,
+/// Defines [`Fault`] from one table: per fault an order draws at a rate, in draw order,
+/// its variant, its name, its default rate and its doc; then the canonical incident,
+/// which is never drawn (`--incident` plants it on its own order).
+macro_rules! faults {
+    ( $( $variant:ident => $name:literal, $rate:literal, $doc:literal; )+ ) => {
+        /// The planted faults, as reported: those drawn at a rate, then the incident.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum Fault {
+            $( #[doc = $doc] $variant, )+
+            /// The canonical incident of order 8821 (`--incident`), never drawn at a rate.
+            Incident,
+        }
+
+        impl Fault {
+            /// Every fault drawn at a rate, in draw order: all but [`Fault::Incident`].
+            pub const ALL: [Fault; Fault::COUNT] = [$( Fault::$variant ),+];
+            /// The number of faults drawn at a rate.
+            pub const COUNT: usize = [$( $name ),+].len();
+
+            /// Its name in reports; `gen`'s flag of its rate is `--<name>-rate`, `-` for `_`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $( Fault::$variant => $name, )+
+                    Fault::Incident => "incident",
+                }
+            }
+
+            /// Its per-order probability by default (0 for the incident, never drawn).
+            pub const fn default_rate(self) -> f64 {
+                match self {
+                    $( Fault::$variant => $rate, )+
+                    Fault::Incident => 0.0,
+                }
+            }
+
+            /// What it plants, in a sentence (the help of its `gen` flag).
+            pub const fn doc(self) -> &'static str {
+                match self {
+                    $( Fault::$variant => $doc, )+
+                    Fault::Incident => "The canonical incident of order 8821.",
+                }
+            }
+        }
+    };
+}
+
+faults! {
+    Reorder => "reorder", 0.004,
+        "ORDER_PAID finished after ORDER_SHIPPED following a rebalance (wrong skip).";
+    Compensated => "compensated", 0.001,
+        "Wrong skip whose effects were later granted by hand (HARMLESS).";
+    CancelRace => "cancel_race", 0.01,
+        "Cancelled/refunded just before the handler ran (correct skip).";
+    LostCall => "lost_call", 0.003,
+        "DONE but the provider lost, failed, or failed-and-retried the call.";
+    Duplicate => "duplicate", 0.003,
+        "Crash before the ledger write; redelivery to a non-idempotent provider.";
+    Orphan => "orphan", 0.001,
+        "Manual grant on an unpaid or unknown order.";
+    Stalled => "stalled", 0.001,
+        "Parked as PENDING_REVIEW and forgotten.";
+    Unconsumed => "unconsumed", 0.002,
+        "ORDER_PAID consumed only after the cut.";
+    Revoked => "revoked", 0.001,
+        "Ledger row revoked and never re-driven.";
+    Edge => "edge", 0.001,
+        "An instant placed exactly on a window boundary.";
 }
 
 impl Fault {
-    /// Every fault, in report order.
-    pub const ALL: [Fault; 11] = [
-        Fault::Reorder,
-        Fault::Compensated,
-        Fault::CancelRace,
-        Fault::LostCall,
-        Fault::Duplicate,
-        Fault::Orphan,
-        Fault::Stalled,
-        Fault::Unconsumed,
-        Fault::Revoked,
-        Fault::Edge,
-        Fault::Incident,
-    ];
-
-    /// Its name in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::Reorder => "reorder",
-            Fault::Compensated => "compensated",
-            Fault::CancelRace => "cancel_race",
-            Fault::LostCall => "lost_call",
-            Fault::Duplicate => "duplicate",
-            Fault::Orphan => "orphan",
-            Fault::Stalled => "stalled",
-            Fault::Unconsumed => "unconsumed",
-            Fault::Revoked => "revoked",
-            Fault::Edge => "edge",
-            Fault::Incident => "incident",
-        }
+    /// Position in [`Fault::ALL`]; the incident's is [`Fault::COUNT`], past its end.
+    pub const fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -319,6 +319,15 @@ impl OrderRows {
     /// The sequence number of the provider's next receipt for this order.
     pub fn next_receipt_seq(&self, provider: Provider) -> u32 {
         self.receipts.iter().filter(|r| r.provider == provider).count() as u32
+    }
+
+    /// When the provider's second receipt was created, by creation time and whatever its
+    /// status: in a duplicate, the redelivery's call.
+    pub(super) fn second_receipt_at(&self, provider: Provider) -> Option<Micros> {
+        let mut times: Vec<Micros> =
+            self.receipts.iter().filter(|r| r.provider == provider).map(|r| r.created_at).collect();
+        times.sort_unstable();
+        times.get(1).copied()
     }
 
     pub(super) fn shift(&mut self, delta: Micros) {

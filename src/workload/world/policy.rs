@@ -17,9 +17,12 @@
 
 use std::fmt;
 
-use super::model::{action, receipt, MsgId, OrderRows, ReceiptEntry, Status};
-use super::{World, MINUTE, MS};
-use crate::time::{format_duration, parse_duration, Micros, DAY_MICROS};
+use super::model::{MsgId, OrderRows, ReceiptEntry, Status};
+use super::World;
+use crate::time::{
+    format_duration, parse_duration, Micros, DAY_MICROS, MILLI_MICROS, SECOND_MICROS,
+};
+use crate::vocabulary::{LedgerAction, ReceiptStatus};
 use crate::workload::rng::{mix, SplitMix64};
 
 /// A consumer policy for a message whose order is not in the announced status. Policies
@@ -254,7 +257,7 @@ impl World {
             .iter()
             .enumerate()
             // Only messages whose handler has effects: a skip of any other is moot.
-            .filter(|(_, e)| e.action == action::SKIPPED && !e.event.providers().is_empty())
+            .filter(|(_, e)| e.action == LedgerAction::Skipped && !e.event.providers().is_empty())
             .map(|(index, e)| Skipped { index, decided_at: e.decided_at, open: true })
             .collect();
         let mut rng = SplitMix64::new(mix(self.seed ^ mix(out.order_id as u64 ^ 0x9011_C1E5)));
@@ -333,18 +336,18 @@ impl World {
     ) -> Micros {
         let mut call = t;
         for &provider in event.providers() {
-            call += rng.between(2 * MS, 80 * MS);
+            call += rng.between(2 * MILLI_MICROS, 80 * MILLI_MICROS);
             let seq = out.next_receipt_seq(provider);
             out.receipts.push(ReceiptEntry {
                 provider,
                 seq,
                 msg_id: Some(msg_id),
                 produced: Some(t),
-                status: receipt::SUCCEEDED,
+                status: ReceiptStatus::Succeeded,
                 created_at: call,
             });
         }
-        let decided = call + rng.between(MS, 20 * MS);
+        let decided = call + rng.between(MILLI_MICROS, 20 * MILLI_MICROS);
         if let Some(due) = out.change(event) {
             outcome.time_to_correct.push(decided - due);
         }
@@ -364,7 +367,7 @@ impl World {
         let decided = self.call(rng, out, outcome, entry.event, entry.msg_id, t);
         if decided <= self.horizon {
             let row = &mut out.ledger[s.index];
-            row.action = action::DONE;
+            row.action = LedgerAction::Done;
             row.observed = out
                 .history
                 .iter()
@@ -390,7 +393,7 @@ impl World {
         outcome.parked += 1;
         outcome.extra_messages += 1;
         outcome.charge(Work::Recheck, 1, 1);
-        out.ledger[s.index].action = action::PENDING_REVIEW;
+        out.ledger[s.index].action = LedgerAction::PendingReview;
         let t = s.decided_at + after;
         let entry = out.ledger[s.index];
         let observed = out.status_at(t - self.read_lag);
@@ -398,10 +401,10 @@ impl World {
             acted.push(self.act_in_place(rng, out, outcome, s, t));
             return;
         }
-        let decided = t + rng.between(MS, 10 * MS);
+        let decided = t + rng.between(MILLI_MICROS, 10 * MILLI_MICROS);
         if decided <= self.horizon {
             let row = &mut out.ledger[s.index];
-            row.action = action::SKIPPED;
+            row.action = LedgerAction::Skipped;
             row.observed = observed;
             row.decided_at = decided;
             row.consumer = self.owner(row.partition, t);
@@ -428,7 +431,7 @@ impl World {
         if t <= self.horizon {
             let observed = out.status_at(t - self.read_lag);
             let row = &mut out.ledger[s.index];
-            row.action = action::REVOKED;
+            row.action = LedgerAction::Revoked;
             row.observed = observed;
             row.decided_at = t;
             row.consumer = self.owner(row.partition, t);
@@ -447,7 +450,7 @@ impl World {
         acted: &mut Vec<(MsgId, Micros)>,
     ) {
         for i in 0..out.history.len() {
-            let produced = out.history[i].at + rng.between(MS, 30 * MS);
+            let produced = out.history[i].at + rng.between(MILLI_MICROS, 30 * MILLI_MICROS);
             let handled = produced + self.lag.draw(rng);
             outcome.extra_messages += 1;
             let mut work = (1, 0);
@@ -479,7 +482,7 @@ impl World {
             outcome.scanned_rows += 1;
             if self.due_by(out, out.ledger[s.index].event, tick) {
                 outcome.charge(Work::Scan, 1, 2);
-                let t = tick + rng.between(10 * MS, MINUTE / 60);
+                let t = tick + rng.between(10 * MILLI_MICROS, SECOND_MICROS);
                 self.revoke(rng, out, outcome, s, t, acted);
                 return;
             }
@@ -498,7 +501,7 @@ impl World {
                 let ok: Vec<Micros> = out
                     .receipts
                     .iter()
-                    .filter(|r| r.provider == provider && r.status == receipt::SUCCEEDED)
+                    .filter(|r| r.provider == provider && r.status == ReceiptStatus::Succeeded)
                     .map(|r| r.created_at)
                     .collect();
                 if due.is_some_and(|d| d <= self.cut) && void_at.is_none() {

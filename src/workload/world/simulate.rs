@@ -2,10 +2,11 @@
 //! conditional-skip handler deciding on each, and the providers' receipts, each with the
 //! perturbation of the order's fault.
 
-use super::model::{action, receipt, Fault, LedgerEntry, MsgId, OrderRows, ReceiptEntry};
-use super::model::{Provider, Status, StatusChange};
-use super::{World, HOUR, MINUTE, MS, QUIET, SECOND};
-use crate::time::Micros;
+use super::model::{Fault, LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry};
+use super::model::{Status, StatusChange};
+use super::{World, QUIET};
+use crate::time::{Micros, HOUR_MICROS, MILLI_MICROS, MINUTE_MICROS, SECOND_MICROS};
+use crate::vocabulary::{LedgerAction, ReceiptStatus};
 use crate::workload::rng::SplitMix64;
 
 /// How a provider lost a call.
@@ -102,42 +103,42 @@ impl World {
         push(out, Status::Created, t0);
         if normal && rng.chance(0.05) {
             if rng.chance(0.5) {
-                push(out, Status::Cancelled, t0 + rng.between(10 * MINUTE, 3 * HOUR));
+                push(out, Status::Cancelled, t0 + rng.between(10 * MINUTE_MICROS, 3 * HOUR_MICROS));
             }
             return;
         }
-        let paid = t0 + rng.between(30 * SECOND, 20 * MINUTE);
+        let paid = t0 + rng.between(30 * SECOND_MICROS, 20 * MINUTE_MICROS);
         push(out, Status::Paid, paid);
         let race_on_paid = mechanism == Mechanism::CancelRace && rng.chance(0.7);
         if race_on_paid {
             let status = if rng.chance(0.3) { Status::Refunded } else { Status::Cancelled };
-            push(out, status, paid + rng.between(100 * MS, SECOND));
+            push(out, status, paid + rng.between(100 * MILLI_MICROS, SECOND_MICROS));
             return;
         }
         if normal && rng.chance(0.03) {
             let status = if rng.chance(0.35) { Status::Refunded } else { Status::Cancelled };
-            push(out, status, paid + rng.between(5 * MINUTE, 6 * HOUR));
+            push(out, status, paid + rng.between(5 * MINUTE_MICROS, 6 * HOUR_MICROS));
             return;
         }
         let fast = matches!(mechanism, Mechanism::Zombie { .. }) || (normal && rng.chance(0.15));
         let shipped = paid
             + if fast {
-                rng.between(MINUTE, 5 * MINUTE)
+                rng.between(MINUTE_MICROS, 5 * MINUTE_MICROS)
             } else {
-                rng.between(40 * MINUTE, 20 * HOUR)
+                rng.between(40 * MINUTE_MICROS, 20 * HOUR_MICROS)
             };
         push(out, Status::Shipped, shipped);
         if mechanism == Mechanism::CancelRace {
-            push(out, Status::Cancelled, shipped + rng.between(100 * MS, SECOND));
+            push(out, Status::Cancelled, shipped + rng.between(100 * MILLI_MICROS, SECOND_MICROS));
             return;
         }
-        let delivered = shipped + rng.between(6 * HOUR, 48 * HOUR);
+        let delivered = shipped + rng.between(6 * HOUR_MICROS, 48 * HOUR_MICROS);
         push(out, Status::Delivered, delivered);
         if normal && rng.chance(0.03) {
-            push(out, Status::Refunded, delivered + rng.between(HOUR, 24 * HOUR));
+            push(out, Status::Refunded, delivered + rng.between(HOUR_MICROS, 24 * HOUR_MICROS));
             return;
         }
-        push(out, Status::Completed, delivered + rng.between(2 * HOUR, 24 * HOUR));
+        push(out, Status::Completed, delivered + rng.between(2 * HOUR_MICROS, 24 * HOUR_MICROS));
         self.snap(rng, mechanism, out);
     }
 
@@ -147,9 +148,9 @@ impl World {
         let Some(paid) = out.change(Status::Paid) else { return };
         let target = match mechanism {
             Mechanism::Zombie { .. } => {
-                self.next_rebalance(paid) - rng.between(SECOND, 90 * SECOND)
+                self.next_rebalance(paid) - rng.between(SECOND_MICROS, 90 * SECOND_MICROS)
             }
-            Mechanism::Unconsumed => self.cut - rng.between(35 * MINUTE, 8 * HOUR),
+            Mechanism::Unconsumed => self.cut - rng.between(35 * MINUTE_MICROS, 8 * HOUR_MICROS),
             _ => return,
         };
         out.shift(target - paid);
@@ -176,7 +177,7 @@ impl World {
         for seq in 0..out.history.len() {
             let StatusChange { status, at } = out.history[seq];
             let msg_id = MsgId::Event { order_id: out.order_id, seq: seq as u8 };
-            let produced = at + rng.between(MS, 30 * MS);
+            let produced = at + rng.between(MILLI_MICROS, 30 * MILLI_MICROS);
             let mut start = produced + self.lag.draw(rng);
             let mut consumer = self.owner(partition, start);
             match mechanism {
@@ -184,14 +185,15 @@ impl World {
                     // The old owner fetched it before the rebalance and finishes it late.
                     consumer = self.owner(partition, produced);
                     let shipped = out.change(Status::Shipped).unwrap_or(at);
-                    start = shipped + rng.between(MINUTE, 10 * MINUTE);
+                    start = shipped + rng.between(MINUTE_MICROS, 10 * MINUTE_MICROS);
                 }
                 Mechanism::CancelRace if seq + 1 == last => {
-                    start = out.history[last].at + rng.between(10 * MS, 500 * MS);
+                    start =
+                        out.history[last].at + rng.between(10 * MILLI_MICROS, 500 * MILLI_MICROS);
                     consumer = self.owner(partition, start);
                 }
                 Mechanism::Unconsumed if status == Status::Paid => {
-                    start = self.cut + rng.between(MINUTE, 2 * HOUR);
+                    start = self.cut + rng.between(MINUTE_MICROS, 2 * HOUR_MICROS);
                     consumer = self.owner(partition, start);
                 }
                 _ => {}
@@ -200,7 +202,7 @@ impl World {
                 msg_id,
                 event: status,
                 produced,
-                action: action::SKIPPED,
+                action: LedgerAction::Skipped,
                 observed: out.status_at(start - self.read_lag),
                 partition,
                 offset: 0,
@@ -223,20 +225,20 @@ impl World {
         let status = entry.event;
         match mechanism {
             Mechanism::Stalled { status: s } if s == status => {
-                entry.action = action::PENDING_REVIEW;
-                entry.decided_at += rng.between(MS, 10 * MS);
+                entry.action = LedgerAction::PendingReview;
+                entry.decided_at += rng.between(MILLI_MICROS, 10 * MILLI_MICROS);
                 return entry;
             }
             Mechanism::Revoked { status: s } if s == status => {
-                entry.action = action::REVOKED;
-                entry.decided_at += rng.between(MS, 10 * MS);
+                entry.action = LedgerAction::Revoked;
+                entry.decided_at += rng.between(MILLI_MICROS, 10 * MILLI_MICROS);
                 return entry;
             }
             _ => {}
         }
         if entry.observed != status {
-            entry.action = action::SKIPPED;
-            entry.decided_at += rng.between(MS, 10 * MS);
+            entry.action = LedgerAction::Skipped;
+            entry.decided_at += rng.between(MILLI_MICROS, 10 * MILLI_MICROS);
             return entry;
         }
         let t = self.call_providers(rng, mechanism, &entry, out);
@@ -245,8 +247,8 @@ impl World {
                 return self.redeliver(rng, entry, provider, reversed, t, out);
             }
         }
-        entry.action = action::DONE;
-        entry.decided_at = t + rng.between(MS, 20 * MS);
+        entry.action = LedgerAction::Done;
+        entry.decided_at = t + rng.between(MILLI_MICROS, 20 * MILLI_MICROS);
         entry
     }
 
@@ -262,7 +264,7 @@ impl World {
         let status = entry.event;
         let mut t = entry.decided_at;
         for &provider in status.providers() {
-            t += rng.between(2 * MS, 80 * MS);
+            t += rng.between(2 * MILLI_MICROS, 80 * MILLI_MICROS);
             let lost = match mechanism {
                 Mechanism::LostCall { status: s, provider: p, loss }
                     if s == status && p == provider =>
@@ -272,13 +274,13 @@ impl World {
                 _ => None,
             };
             match lost {
-                None => self.receipt(out, provider, entry, receipt::SUCCEEDED, t),
+                None => self.receipt(out, provider, entry, ReceiptStatus::Succeeded, t),
                 Some(Loss::Missing) => {}
-                Some(Loss::Failed) => self.receipt(out, provider, entry, receipt::FAILED, t),
+                Some(Loss::Failed) => self.receipt(out, provider, entry, ReceiptStatus::Failed, t),
                 Some(Loss::Retried) => {
-                    self.receipt(out, provider, entry, receipt::FAILED, t);
-                    t += rng.between(200 * MS, 2 * SECOND);
-                    self.receipt(out, provider, entry, receipt::SUCCEEDED, t);
+                    self.receipt(out, provider, entry, ReceiptStatus::Failed, t);
+                    t += rng.between(200 * MILLI_MICROS, 2 * SECOND_MICROS);
+                    self.receipt(out, provider, entry, ReceiptStatus::Succeeded, t);
                 }
             }
         }
@@ -297,24 +299,24 @@ impl World {
         crashed: Micros,
         out: &mut OrderRows,
     ) -> LedgerEntry {
-        let start = crashed + rng.between(10 * SECOND, 45 * SECOND);
+        let start = crashed + rng.between(10 * SECOND_MICROS, 45 * SECOND_MICROS);
         entry.consumer = (entry.consumer + 1) % self.consumers;
         entry.observed = out.status_at(start - self.read_lag);
         if entry.observed != entry.event {
-            entry.action = action::SKIPPED;
-            entry.decided_at = start + rng.between(MS, 10 * MS);
+            entry.action = LedgerAction::Skipped;
+            entry.decided_at = start + rng.between(MILLI_MICROS, 10 * MILLI_MICROS);
             return entry;
         }
-        let t = start + rng.between(2 * MS, 80 * MS);
+        let t = start + rng.between(2 * MILLI_MICROS, 80 * MILLI_MICROS);
         self.receipt(
             out,
             provider,
             &entry,
-            if reversed { receipt::REVERSED } else { receipt::SUCCEEDED },
+            if reversed { ReceiptStatus::Reversed } else { ReceiptStatus::Succeeded },
             t,
         );
-        entry.action = action::DONE;
-        entry.decided_at = t + rng.between(MS, 20 * MS);
+        entry.action = LedgerAction::Done;
+        entry.decided_at = t + rng.between(MILLI_MICROS, 20 * MILLI_MICROS);
         entry
     }
 
@@ -323,7 +325,7 @@ impl World {
         out: &mut OrderRows,
         provider: Provider,
         entry: &LedgerEntry,
-        status: &'static str,
+        status: ReceiptStatus,
         created_at: Micros,
     ) {
         let seq = out.next_receipt_seq(provider);
@@ -342,12 +344,12 @@ impl World {
         let Some(paid) = out
             .ledger
             .iter()
-            .find(|e| e.event == Status::Paid && e.action == action::SKIPPED)
+            .find(|e| e.event == Status::Paid && e.action == LedgerAction::Skipped)
             .copied()
         else {
             return;
         };
-        let mut t = paid.decided_at + rng.between(10 * MINUTE, 6 * HOUR);
+        let mut t = paid.decided_at + rng.between(10 * MINUTE_MICROS, 6 * HOUR_MICROS);
         for &provider in Status::Paid.providers() {
             let seq = out.next_receipt_seq(provider);
             out.receipts.push(ReceiptEntry {
@@ -355,10 +357,10 @@ impl World {
                 seq,
                 msg_id: Some(paid.msg_id),
                 produced: None,
-                status: receipt::SUCCEEDED,
+                status: ReceiptStatus::Succeeded,
                 created_at: t,
             });
-            t += rng.between(SECOND, MINUTE);
+            t += rng.between(SECOND_MICROS, MINUTE_MICROS);
         }
     }
 }

@@ -1,16 +1,16 @@
-//! Two writers of one folder at once (issue 13 item 2): two `run`s with the same `--out`
-//! and id, two `export`s of one snapshot. Exactly one publishes; the other fails with a
-//! clear message (or, a `run` that finds the same run complete, writes nothing and exits
-//! 0). The folder is never mixed: its manifest lists exactly the files it holds, byte for
-//! byte those of an uninterrupted run. On S3 the same through the
-//! create-only put (a conditional put) of the local S3-compatible server.
+//! Two writers of one folder at once never mix it: two `run`s with the same `--out` and id,
+//! two `export`s of one snapshot. Exactly one publishes; the other fails with a clear
+//! message (or, a `run` that finds the same run complete, writes nothing and exits 0). The
+//! folder is never mixed: its manifest lists exactly the files it holds, byte for byte
+//! those of an uninterrupted run. On S3 the same through the create-only put (a conditional
+//! put) of the local S3-compatible server.
 
 use std::process::{Child, Output, Stdio};
 
 use effect_recon::storage::Location;
 
-use super::super::common::{repo, say_skipped};
-use super::{bin, comparable_tree, effect_recon, manifest_problems, say, soak, text, CUT, RUN};
+use super::super::common::{command, effect_recon, repo, say_skipped, text};
+use super::{comparable_tree, manifest_problems, say, soak, CUT, RUN};
 
 /// What a `run` says that finds the very same run already published: it writes nothing
 /// and exits 0 (a retry is not an error), so it is a loser that succeeds.
@@ -27,7 +27,7 @@ const LOSER_MESSAGES: [&str; 6] = [
 ];
 
 fn spawn(args: &[&str]) -> Child {
-    bin().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    command(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
 /// Both outcomes of a race, the winner first; asserts one publisher (exit 0) and one

@@ -1,10 +1,10 @@
-//! Export under concurrent writes (issue 13 item 5), against MariaDB and PostgreSQL (when
-//! `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set). While the export
-//! reads, a writer commits numbered transactions; transaction `i` touches one order only:
-//! it inserts a ledger row decided one second before the cut (adversarial: inside the
-//! window) and one an hour after it, a status change at and one after the cut, updates
-//! one of the order's SKIPPED rows to REVOKED and deletes another of its rows. The
-//! snapshot is then explained against the writer's log:
+//! An export under concurrent writes sees each transaction whole or not at all, against
+//! MariaDB and PostgreSQL (when `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL`
+//! are set). While the export reads, a writer commits numbered transactions; transaction
+//! `i` touches one order only: it inserts a ledger row decided one second before the cut
+//! (adversarial: inside the window) and one an hour after it, a status change at and one
+//! after the cut, updates one of the order's SKIPPED rows to REVOKED and deletes another of
+//! its rows. The snapshot is then explained against the writer's log:
 //!
 //! * every transaction is in the snapshot entirely or not at all (on MariaDB with several
 //!   connections: in each table, since a transaction that commits while the connections
@@ -29,8 +29,9 @@ use std::time::Duration;
 use effect_recon::config::JobConfig;
 use effect_recon::datafusion::arrow::array::AsArray;
 use effect_recon::datafusion::arrow::datatypes::Int64Type;
+use effect_recon::db::export::{self, ExportPlan};
+use effect_recon::db::load;
 use effect_recon::events::Events;
-use effect_recon::export::{self, load, ExportPlan};
 use effect_recon::storage::Location;
 use effect_recon::time::parse_instant;
 use sqlx::Connection;
@@ -402,7 +403,7 @@ async fn reload(url: &str) {
 async fn day() -> Location {
     let dir = tempfile::tempdir().unwrap().keep().join("day");
     let location = Location::parse(dir.to_str().unwrap()).unwrap();
-    let plan = effect_recon::workload::GenPlan::new(location.clone(), 1200).unwrap();
+    let plan = effect_recon::workload::WorkloadPlan::new(location.clone(), 1200).unwrap();
     effect_recon::workload::generate(&plan).await.unwrap();
     location
 }

@@ -1,7 +1,7 @@
-//! Crash anywhere, rerun, same result (issue 13 item 1). `run`, `export` and `nightly` are
-//! killed with SIGKILL at named stages (`EFFECT_RECON_CRASH_AT`, src/faults.rs) and at
-//! seeded random times, while a reader polls the output root; then the same command runs
-//! again without `--replace`. Required, and asserted per case:
+//! Crash anywhere, rerun, same result. `run`, `export` and `nightly` are killed with
+//! SIGKILL at named stages (`EFFECT_RECON_CRASH_AT`, src/testing.rs) and at seeded random
+//! times, while a reader polls the output root; then the same command runs again without
+//! `--replace`. Required, and asserted per case:
 //!
 //! * the poller never saw a manifest over a missing or different file, and a folder
 //!   without a manifest is never listed as a run (`complete_runs`);
@@ -18,11 +18,11 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use effect_recon::recon::publish::complete_runs;
+use effect_recon::run_folder::complete_runs;
 use effect_recon::storage::Location;
 
-use super::super::common::repo;
-use super::{bin, comparable_tree, say, seed, soak, text, Poller, Rng, CUT};
+use super::super::common::{self, repo, text};
+use super::{comparable_tree, say, seed, soak, Poller, Rng, CUT};
 
 /// How a killed attempt and its rerun ended.
 #[derive(Debug, Default)]
@@ -112,7 +112,7 @@ enum Kill {
 }
 
 fn command(job: &dyn Job, case: &Path) -> Command {
-    let mut command = bin();
+    let mut command = common::command(&[]);
     command.args(job.args(case)).stdout(Stdio::piped()).stderr(Stdio::piped());
     command
 }

@@ -1,7 +1,7 @@
-//! The reliability suite (issue 13, docs/RELIABILITY.md): kill -9 anywhere, concurrent
-//! writers, failing storage, corrupt inputs, hostile SQL, secrets. Every case asserts its
-//! exact outcome and every module prints its counts (`crash: 40/40 reruns identical`) on
-//! stderr, uncaptured. `EFFECT_RECON_SOAK=1` multiplies the seeded cases (the soak);
+//! The reliability suite (docs/RELIABILITY.md): kill -9 anywhere, concurrent writers,
+//! failing storage, corrupt inputs, hostile SQL, secrets. Every case asserts its exact
+//! outcome and every module prints its counts (`crash: 40/40 reruns identical`) on stderr,
+//! uncaptured. `EFFECT_RECON_SOAK=1` multiplies the seeded cases (the soak);
 //! `EFFECT_RECON_SOAK_SEED` changes the seed.
 //!
 //! * `sql_sandbox`    — `sql` reads nothing but its tables, bounds memory, survives Ctrl-C.
@@ -21,30 +21,13 @@ mod sql_sandbox;
 mod storage_faults;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use sha2::{Digest, Sha256};
 
-/// The binary under test.
-pub(crate) fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_effect-recon"))
-}
-
-/// Runs the binary to completion.
-pub(crate) fn effect_recon(args: &[&str]) -> Output {
-    bin().args(args).output().expect("the binary runs")
-}
-
-/// stdout and stderr of an output, as text.
-pub(crate) fn text(output: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use super::common::{effect_recon, text};
 
 /// Whether the long soak was asked for.
 pub(crate) fn soak() -> bool {

@@ -1,9 +1,9 @@
-//! Corrupt and hostile inputs, 0 panics (issue 13 item 4). A seeded mutation fuzzer over
-//! the Parquet files of the tiny fixture and of a generated snapshot: bit flips (anywhere,
-//! in the footer, in the data pages, where dictionary indices live), truncation, swapped
-//! footers, another table's schema, huge declared footer and Thrift lengths, zeroed
-//! blocks. The manifest's sha256 and row count are rewritten to match each mutated file,
-//! so the reader itself is exercised, not the manifest check. Each case is run in-process
+//! Corrupt and hostile inputs end in a clear error, never a panic. A seeded mutation fuzzer
+//! over the Parquet files of the tiny fixture and of a generated snapshot: bit flips
+//! (anywhere, in the footer, in the data pages, where dictionary indices live), truncation,
+//! swapped footers, another table's schema, huge declared footer and Thrift lengths, zeroed
+//! blocks. The manifest's sha256 and row count are rewritten to match each mutated file, so
+//! the reader itself is exercised, not the manifest check. Each case is run in-process
 //! under a memory limit with a time bound: it must end in a clear error or a run whose
 //! manifest is consistent; a panic, a hang or an abort fails the suite. The cases that
 //! found something are kept in `tests/reliability-corpus/` and replayed on every run.
@@ -15,15 +15,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use effect_recon::datafusion::parquet::file::reader::{FileReader, SerializedFileReader};
+use effect_recon::engine::session::SessionOptions;
 use effect_recon::events::Events;
 use effect_recon::recon;
-use effect_recon::session::SessionOptions;
 use effect_recon::storage::Location;
 use futures::FutureExt;
 use sha2::{Digest, Sha256};
 
-use super::super::common::{plan, repo, tree_bytes};
-use super::{effect_recon, manifest_problems, say, seed, soak, text, Rng};
+use super::super::common::{effect_recon, plan, repo, text, tree_bytes};
+use super::{manifest_problems, say, seed, soak, Rng};
 
 /// Copies a folder tree.
 fn copy_tree(from: &Path, to: &Path) {
@@ -211,7 +211,7 @@ pub(crate) fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
 async fn generated() -> PathBuf {
     let dir = tempfile::tempdir().unwrap().keep().join("generated");
     let location = Location::parse(dir.to_str().unwrap()).unwrap();
-    let plan = effect_recon::workload::GenPlan::new(location, 300).unwrap();
+    let plan = effect_recon::workload::WorkloadPlan::new(location, 300).unwrap();
     effect_recon::workload::generate(&plan).await.unwrap();
     dir
 }

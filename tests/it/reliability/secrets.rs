@@ -1,16 +1,17 @@
-//! Secrets (issue 13 item 7): a canary password given through `password_env` never
-//! appears in any output, log line, error (sqlx connection errors included), summary,
-//! manifest or file, whether the job fails (refused connections, bad credentials, an
-//! unknown role) or succeeds. Logging is turned all the way up (`RUST_LOG=trace`,
-//! `RUST_BACKTRACE=full`) so nothing is hidden by a quiet default.
+//! Secrets stay secret: a canary password given through `password_env` never appears in any
+//! output, log line, error (sqlx connection errors included), summary, manifest or file,
+//! whether the job fails (refused connections, bad credentials, an unknown role) or
+//! succeeds. Logging is turned all the way up (`RUST_LOG=trace`, `RUST_BACKTRACE=full`) so
+//! nothing is hidden by a quiet default.
 
 use std::path::Path;
 use std::process::Output;
 
 use sqlx::Connection;
 
+use super::super::common::{command, text};
 use super::super::databases::{env_url, mysql_database, MYSQL_ENV, PG_ENV};
-use super::{bin, job_file, say, text, CUT};
+use super::{job_file, say, CUT};
 
 const CANARY: &str = "CaNaRy-13-Zq9x-pw";
 const VAR: &str = "EFFECT_RECON_RELIAB_CANARY";
@@ -29,8 +30,7 @@ fn both_commands(dir: &Path, url: &str) -> Vec<(String, Output)> {
     ];
     runs.into_iter()
         .map(|(name, args)| {
-            let output = bin()
-                .args(&args)
+            let output = command(&args)
                 .env(VAR, CANARY)
                 .env("RUST_LOG", "trace")
                 .env("RUST_BACKTRACE", "full")
@@ -94,7 +94,7 @@ async fn the_canary_never_leaks_from_mariadb_bad_credentials_or_a_good_run() {
         super::super::common::repo("fixtures/tiny/snapshot").to_str().unwrap(),
     )
     .unwrap();
-    effect_recon::export::load::load_snapshot(&tiny, &url, &Default::default()).await.unwrap();
+    effect_recon::db::load::load_snapshot(&tiny, &url, &Default::default()).await.unwrap();
     let mut admin = sqlx::MySqlConnection::connect(&base).await.unwrap();
     for host in ["%", "localhost"] {
         sqlx::raw_sql(&format!(

@@ -1,13 +1,13 @@
-//! `sql` is read-only for real (issue 13 item 6): no statement reads or writes a file or
-//! URL outside the registered tables, memory is bounded by default with a clear error,
-//! and Ctrl-C cancels a query without killing the shell.
+//! `sql` is read-only for real: no statement reads or writes a file or URL outside the
+//! registered tables, memory is bounded by default with a clear error, and Ctrl-C cancels a
+//! query without killing the shell.
 
 use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use super::super::common::repo;
-use super::{bin, effect_recon, say, text};
+use super::super::common::{command, effect_recon, repo, text};
+use super::say;
 
 fn tiny() -> String {
     repo("fixtures/tiny/snapshot").display().to_string()
@@ -113,8 +113,7 @@ fn memory_is_bounded_by_default_with_a_clear_error() {
 
 #[test]
 fn ctrl_c_cancels_the_query_and_keeps_the_shell() {
-    let mut child = bin()
-        .args(["sql", "--snapshot", &tiny(), "--format", "csv"])
+    let mut child = command(&["sql", "--snapshot", &tiny(), "--format", "csv"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

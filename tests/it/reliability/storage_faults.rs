@@ -1,9 +1,10 @@
-//! Failing storage (issue 13 item 3): a seeded fault-injecting `ObjectStore` wrapper under
-//! `run`, `sql` and `export`. For every kind of operation (put, get, head, list, delete)
-//! the k-th one fails, returns truncated bytes (with and without an error), or times out
-//! the way a client timeout does. Every case must end, within a bound, in either a clear
-//! error naming the object (the binary maps every error to exit 2) or a success equal to
-//! the fault-free result; never a panic, never a manifest over missing or bad files.
+//! Failing storage ends in a clear error or the fault-free result, never in a corrupt one:
+//! a seeded fault-injecting `ObjectStore` wrapper under `run`, `sql` and `export`. For
+//! every kind of operation (put, get, head, list, delete) the k-th one fails, returns
+//! truncated bytes (with and without an error), or times out the way a client timeout does.
+//! Every case must end, within a bound, in either a clear error naming the object (the
+//! binary maps every error to exit 2) or a success equal to the fault-free result; never a
+//! panic, never a manifest over missing or bad files.
 
 use std::fmt;
 use std::ops::Range;
@@ -20,11 +21,11 @@ use object_store::{
 };
 
 use effect_recon::config::JobConfig;
+use effect_recon::db::export::{self, ExportPlan};
+use effect_recon::engine::session::SessionOptions;
 use effect_recon::events::Events;
-use effect_recon::explore;
-use effect_recon::export::{self, ExportPlan};
+use effect_recon::inspect;
 use effect_recon::recon;
-use effect_recon::session::SessionOptions;
 use effect_recon::storage::Location;
 use effect_recon::time::parse_instant;
 
@@ -389,9 +390,9 @@ async fn sql_under_failing_storage_errs_clearly_or_answers_identically() {
             let options = SessionOptions { target_partitions: 2, ..SessionOptions::default() };
             let run = faulty(&run, &state);
             let answer = async {
-                let ctx = explore::open(&faulty(&tiny(), &state), Some(&run), &rules, &options).await?;
+                let ctx = inspect::sql::open(&faulty(&tiny(), &state), Some(&run), &rules, &options).await?;
                 let sql = "SELECT (SELECT count(*) FROM ledger) AS ledger,                            (SELECT count(*) FROM discrepancies) AS findings,                            (SELECT sum(order_id) FROM receipts) AS receipts";
-                let frame = explore::read_only_query(&ctx, sql).await?;
+                let frame = inspect::sql::read_only_query(&ctx, sql).await?;
                 let batches = frame.collect().await.map_err(|e| effect_recon::Error::query("sql", e))?;
                 Ok::<_, effect_recon::Error>(super::super::common::psv(&batches))
             };

@@ -1,0 +1,360 @@
+//! `export`: database sources → contract-typed Arrow batches → a Parquet snapshot on
+//! object_store (docs/CONTRACT.md, docs/JOB_CONFIG.md). The only module that talks to databases (sqlx).
+//!
+//! Per database (sources with the same URL, password variable and timezone):
+//!
+//! * `connections` connections are opened and each starts a read-only REPEATABLE READ
+//!   transaction. Postgres workers join the leader's exported snapshot, so every chunk of
+//!   every table of that database is read in one snapshot. MySQL cannot share a snapshot
+//!   between connections: they all start `WITH CONSISTENT SNAPSHOT` at once before any
+//!   read, so they differ only by transactions committed in that instant; `connections = 1`
+//!   reads everything in one snapshot. SQLite always uses one connection.
+//! * The connections read the database's sources at once ([`chunks`]): a free connection
+//!   takes the next source, checks its query (columns by name, types) by preparing it and
+//!   counts it. A source of at most `chunk_rows` rows is read as written, in one pass; a
+//!   larger one is split into `order_id` key ranges (`MIN/MAX(order_id)`) of about
+//!   `chunk_rows` rows, the first read there and the others queued for any connection,
+//!   each checked against a `COUNT` of the same range in the same transaction. Chunks are
+//!   sorted by `order_id` ([`sort`]) and encoded in key order off the runtime's workers,
+//!   so every table is sorted by `order_id` without a server-side ORDER BY.
+//! * PostgreSQL is read with binary `COPY (query) TO STDOUT`, the rest through sqlx rows
+//!   ([`source`]).
+//! * A query taking four parameters has the chunk's range in its own WHERE (on the user's
+//!   indexed column) and runs unwrapped ([`dialect::Chunking`]).
+//! * Any failure stops the export before `manifest.json` is written: a snapshot without a
+//!   manifest is incomplete and no reader uses it. No error text carries a password.
+
+mod chunks;
+mod progress;
+mod sort;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table};
+use crate::storage::Location;
+use crate::time::Micros;
+use chunks::{SourceJob, SourceOutcome};
+use super::conn::{self as source, Binds, ColumnRead, Conn, Decoder, ResultColumn, Target};
+use super::dialect;
+pub use super::error::{ExportError, WriteError};
+
+/// A validated export request.
+#[derive(Debug, Clone)]
+pub struct ExportPlan {
+    /// The job config (sources and settings).
+    pub job: JobConfig,
+    /// The snapshot folder to write.
+    pub out: Location,
+    /// The logical cut: every row is filtered to `<= cut`.
+    pub cut: Micros,
+}
+
+/// What one source contributed.
+#[derive(Debug, Clone)]
+pub struct SourceReport {
+    /// `table[name]`.
+    pub label: String,
+    /// Rows written.
+    pub rows: u64,
+    /// Key-range chunks read.
+    pub chunks: usize,
+    /// Time spent on it.
+    pub elapsed: Duration,
+}
+
+/// What a finished export reports.
+#[derive(Debug, Clone)]
+pub struct ExportReport {
+    /// The snapshot folder.
+    pub location: String,
+    /// The manifest written last.
+    pub manifest: SnapshotManifest,
+    /// One entry per source, in config order.
+    pub sources: Vec<SourceReport>,
+    /// Total rows.
+    pub rows: u64,
+    /// Total time.
+    pub elapsed: Duration,
+}
+
+/// Exports every source of the job into a snapshot at `plan.out`; the manifest is written last.
+pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> {
+    let started = Instant::now();
+    let mut writer = SnapshotWriter::create(&plan.out, plan.cut, "export").await?;
+    let (lower, cut) = plan.job.bounds(plan.cut);
+    writer.set_coverage_from(lower);
+    let settings = &plan.job.export;
+    let mut reports = BTreeMap::new();
+    for group in group_by_database(&plan.job.sources) {
+        let mut session = Session::open(&group, settings).await?;
+        let jobs = group
+            .iter()
+            .map(|&(index, source)| SourceJob {
+                index,
+                source: source.clone(),
+                binds: Binds { lower, cut, offset_secs: source.utc_offset_secs },
+                writer: writer
+                    .table(source.table, file_stem(&plan.job, source))
+                    .with_rows_per_file(settings.rows_per_file),
+            })
+            .collect();
+        let outcomes = session.export_sources(jobs, settings, events).await;
+        session.close().await;
+        let written = first_failure(outcomes).map_err(|(index, e)| {
+            let source = plan.job.sources.get(index).unwrap_or(group[0].1);
+            source_error(source, &session.target, e)
+        })?;
+        for (index, w) in written {
+            let source = &plan.job.sources[index];
+            writer.add(source.table, w.files);
+            let report = SourceReport {
+                label: source.label(),
+                rows: w.rows,
+                chunks: w.chunks,
+                elapsed: w.elapsed,
+            };
+            reports.insert(index, report);
+        }
+    }
+    let manifest = writer.finish().await?;
+    let sources: Vec<SourceReport> = reports.into_values().collect();
+    let rows = sources.iter().map(|s| s.rows).sum();
+    Ok(ExportReport {
+        location: plan.out.display(""),
+        manifest,
+        sources,
+        rows,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The sources' files in config order, or the failure to report: the first in config
+/// order that is a cause, not a source stopped because of another's failure.
+fn first_failure(
+    outcomes: Vec<SourceOutcome>,
+) -> Result<Vec<(usize, chunks::Written)>, (usize, ExportError)> {
+    let mut written = Vec::with_capacity(outcomes.len());
+    let mut failed: Option<(usize, ExportError)> = None;
+    for outcome in outcomes {
+        match outcome.result {
+            Ok(w) => written.push((outcome.index, w)),
+            Err(e) => {
+                let stopped = matches!(e, ExportError::Stopped);
+                if failed
+                    .as_ref()
+                    .is_none_or(|(_, f)| matches!(f, ExportError::Stopped) && !stopped)
+                {
+                    failed = Some((outcome.index, e));
+                }
+            }
+        }
+    }
+    failed.map_or(Ok(written), Err)
+}
+
+/// Receipts always live in `receipts/<name>/`; ledger and history files are prefixed with
+/// the source name only when several sources share the table.
+fn file_stem<'a>(job: &JobConfig, source: &'a SourceConfig) -> Option<&'a str> {
+    let shared = job.sources.iter().filter(|s| s.table == source.table).count() > 1;
+    (source.table == Table::Receipts || shared).then_some(source.name.as_str())
+}
+
+/// Sources of one database, with their index in the config.
+type Group<'a> = Vec<(usize, &'a SourceConfig)>;
+
+fn group_by_database(sources: &[SourceConfig]) -> Vec<Group<'_>> {
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for (index, source) in sources.iter().enumerate() {
+        let same = |s: &SourceConfig| {
+            s.driver == source.driver
+                && s.url == source.url
+                && s.password_env == source.password_env
+                && s.utc_offset_secs == source.utc_offset_secs
+        };
+        match groups.iter_mut().find(|g| same(g[0].1)) {
+            Some(group) => group.push((index, source)),
+            None => groups.push(vec![(index, source)]),
+        }
+    }
+    groups
+}
+
+/// The one place an [`ExportError`] becomes the crate's error, scrubbed of the password.
+fn source_error(source: &SourceConfig, target: &Target, e: ExportError) -> Error {
+    e.into_error(&source.name, source.table.name(), |m| target.scrub(m))
+}
+
+/// The connections to one database, each inside the read transaction.
+struct Session {
+    conns: Vec<Conn>,
+    target: Target,
+}
+
+impl Session {
+    async fn open(group: &Group<'_>, settings: &ExportSettings) -> Result<Session> {
+        let first = group[0].1;
+        let password = match &first.password_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| Error::Source {
+                source_name: first.name.clone(),
+                table: first.table.name().to_string(),
+                message: format!("environment variable {var} (password_env) is not set"),
+            })?),
+            None => None,
+        };
+        let target = Target {
+            driver: first.driver,
+            url: first.url.clone(),
+            password,
+            offset_secs: first.utc_offset_secs,
+            read_only: true,
+        };
+        let wanted = if first.driver == Driver::Sqlite { 1 } else { settings.connections };
+        let mut conns = Vec::with_capacity(wanted);
+        for _ in 0..wanted {
+            conns.push(
+                source::connect(&target, settings.connect_timeout)
+                    .await
+                    .map_err(|e| source_error(first, &target, e))?,
+            );
+        }
+        let mut session = Session { conns, target };
+        if let Err(message) = session.begin().await {
+            let error = source_error(first, &session.target, message);
+            session.close().await;
+            return Err(error);
+        }
+        Ok(session)
+    }
+
+    async fn begin(&mut self) -> Result<(), ExportError> {
+        let driver = self.target.driver;
+        let fail = ExportError::Begin;
+        let Some((leader, workers)) = self.conns.split_first_mut() else { return Ok(()) };
+        if driver == Driver::MySql {
+            // Every connection's snapshot is started before any of them reads.
+            let [set_level, start] = dialect::begin_leader(driver) else {
+                return Err(ExportError::Internal("MySQL begin".into()));
+            };
+            for conn in std::iter::once(&mut *leader).chain(workers.iter_mut()) {
+                conn.execute(set_level).await.map_err(fail)?;
+            }
+            // All at once, not one round trip after another: a transaction committed
+            // between two starts is seen by one connection and not the other.
+            let starts =
+                std::iter::once(leader).chain(workers.iter_mut()).map(|c| c.execute(start));
+            for started in futures::future::join_all(starts).await {
+                started.map_err(fail)?;
+            }
+            return Ok(());
+        }
+        for statement in dialect::begin_leader(driver) {
+            leader.execute(statement).await.map_err(fail)?;
+        }
+        if driver == Driver::Postgres && !workers.is_empty() {
+            let id = leader.query_text(dialect::PG_EXPORT_SNAPSHOT).await.map_err(fail)?;
+            if !id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+                return Err(ExportError::SnapshotId(id));
+            }
+            for conn in workers {
+                for statement in dialect::begin_leader(driver) {
+                    conn.execute(statement).await.map_err(fail)?;
+                }
+                conn.execute(&dialect::pg_set_snapshot(&id)).await.map_err(fail)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&mut self) {
+        for mut conn in self.conns.drain(..) {
+            let _ = conn.execute(dialect::ROLLBACK).await;
+            conn.close().await;
+        }
+    }
+
+    /// Exports the sources of this database over its connections; outcomes in config order.
+    async fn export_sources(
+        &mut self,
+        jobs: Vec<SourceJob>,
+        settings: &ExportSettings,
+        events: &Events,
+    ) -> Vec<SourceOutcome> {
+        let conns = std::mem::take(&mut self.conns);
+        let (conns, mut outcomes) = chunks::read_sources(conns, jobs, settings, events).await;
+        self.conns = conns;
+        outcomes.sort_by_key(|o| o.index);
+        outcomes
+    }
+}
+
+/// The contract columns found in the query's result, with a decoder each.
+fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, ExportError> {
+    let mut reads = Vec::with_capacity(table.columns().len());
+    for spec in table.columns() {
+        let found =
+            described.iter().enumerate().find(|(_, c)| c.name.eq_ignore_ascii_case(spec.name));
+        let Some((ordinal, column)) = found else {
+            let names: Vec<&str> = described.iter().map(|c| c.name.as_str()).collect();
+            return Err(ExportError::MissingColumn {
+                column: spec.name,
+                returned: names.join(", "),
+            });
+        };
+        let decoder = column.decoder(spec.kind).ok_or_else(|| ExportError::ColumnType {
+            column: spec.name,
+            type_name: column.type_name.clone(),
+            expected: expected_type(spec.kind),
+        })?;
+        if decoder == Decoder::Null && !spec.nullable {
+            return Err(ExportError::AlwaysNull(spec.name));
+        }
+        reads.push(ColumnRead { ordinal, kind: spec.kind, decoder });
+    }
+    Ok(reads)
+}
+
+fn expected_type(kind: ColumnKind) -> &'static str {
+    match kind {
+        ColumnKind::Text => "a text type (VARCHAR, TEXT)",
+        ColumnKind::Int64 => "an integer type (BIGINT)",
+        ColumnKind::Int32 => "an integer type (INT)",
+        ColumnKind::Timestamp => "a timestamp type (DATETIME, TIMESTAMP, timestamptz)",
+    }
+}
+
+/// Splits `[min, max]` into ranges of roughly `chunk_rows` rows (equal key widths).
+fn split(min: Option<i64>, max: Option<i64>, count: i64, chunk_rows: u64) -> Vec<(i64, i64)> {
+    let (Some(min), Some(max)) = (min, max) else { return Vec::new() };
+    let span = i128::from(max) - i128::from(min) + 1;
+    let wanted = (count.max(1) as u64).div_ceil(chunk_rows.max(1)).max(1);
+    let n = i128::from(wanted).min(span).max(1);
+    (0..n)
+        .map(|i| {
+            let lo = i128::from(min) + span * i / n;
+            let hi = i128::from(min) + span * (i + 1) / n - 1;
+            (lo as i64, hi as i64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_the_keys_without_gaps() {
+        assert!(split(None, None, 0, 10).is_empty());
+        assert_eq!(split(Some(5), Some(5), 1, 10), vec![(5, 5)]);
+        let ranges = split(Some(1), Some(100), 1000, 300);
+        assert_eq!(ranges.len(), 4);
+        assert_eq!(ranges.first().unwrap().0, 1);
+        assert_eq!(ranges.last().unwrap().1, 100);
+        assert!(ranges.windows(2).all(|w| w[0].1 + 1 == w[1].0));
+        assert_eq!(split(Some(i64::MIN), Some(i64::MAX), 10, 5).last().unwrap().1, i64::MAX);
+        assert_eq!(split(Some(1), Some(3), 100, 1).len(), 3);
+    }
+}

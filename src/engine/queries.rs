@@ -1,0 +1,197 @@
+//! Every SQL text of the crate, embedded at build time from `sql/`, and the helpers that
+//! run them with bound parameters. Nothing else in the crate holds SQL.
+//!
+//! Each file is one query; its file name is the view (or output) name. The recon views
+//! are registered in [`PIPELINE`] order, each seeing the ones before it, with the
+//! parameters of [`crate::recon::Bounds`] bound (never formatted into the text).
+
+use datafusion::arrow::array::{Array, Int64Array, RecordBatch, StringArray};
+use datafusion::common::ScalarValue;
+use datafusion::prelude::{DataFrame, SessionContext};
+
+use crate::error::{Error, Result};
+
+/// One embedded query: its name (= view name) and text.
+#[derive(Debug, Clone, Copy)]
+pub struct Query {
+    /// File stem in `sql/`, and the name it is registered under.
+    pub name: &'static str,
+    /// The exact text of `sql/<name>.sql`.
+    pub text: &'static str,
+}
+
+macro_rules! query {
+    ($name:literal) => {
+        Query { name: $name, text: include_str!(concat!("../../sql/", $name, ".sql")) }
+    };
+}
+
+/// Rule due/void statuses as rows.
+pub const RULE_STATUSES: Query = query!("rule_statuses");
+/// The previous run's open (BREAK) findings.
+pub const PREVIOUS_OPEN: Query = query!("previous_open");
+/// (rule, order) pairs judged whatever the window: previous open findings, carried skips.
+pub const WATCHED: Query = query!("watched");
+/// Per (effect, order): due_at, voided, SUCCEEDED receipts (owed vs happened).
+pub const EFFECT_STATE: Query = query!("effect_state");
+/// Order id range and row count of the snapshot.
+pub const ORDER_ID_SPAN: Query = query!("order_id_span");
+/// Possible findings and the state of skipped orders, from one pass over effect_state.
+pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
+/// Findings of the window before evidence.
+pub const CANDIDATES: Query = query!("candidates");
+/// Trigger outcome and evidence row per (order, event type) of a candidate.
+pub const TRIGGER_EVIDENCE: Query = query!("trigger_evidence");
+/// Every candidate classified, with finding_id and evidence, before the lifecycle.
+pub const FINDINGS: Query = query!("findings");
+/// The previous run's open findings judged again: PERSISTING, resolved, or unchecked.
+pub const REJUDGED: Query = query!("rejudged");
+/// The discrepancies output.
+pub const DISCREPANCIES: Query = query!("discrepancies");
+/// The compensation_tasks output (reads the `discrepancies` table).
+pub const COMPENSATION_TASKS: Query = query!("compensation_tasks");
+/// The skip_verdicts output.
+pub const SKIP_VERDICTS: Query = query!("skip_verdicts");
+/// The resolved output: previous open findings closed by this run, and why.
+pub const RESOLVED: Query = query!("resolved");
+/// The distinct effects, event types and statuses of the snapshot (rule typo check).
+pub const VOCABULARY: Query = query!("vocabulary");
+/// Ledger key check, first pass: the hash of every msg_id.
+pub const LEDGER_KEY_HASHES: Query = query!("ledger_key_hashes");
+/// Ledger key check on a cluster, first pass: the hashes that repeat.
+pub const REPEATED_KEY_HASHES: Query = query!("repeated_key_hashes");
+/// Ledger key check, second pass: the msg_ids behind repeated hashes.
+pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
+/// `advise`: decision lag of every ledger row (`$cut`).
+pub const ADVISE_LAGS: Query = query!("advise_lags");
+/// `advise`: reorders per partition, consumer and after a rebalance (`$cut`, `$window`).
+pub const ADVISE_REORDERS: Query = query!("advise_reorders");
+/// `advise`: due to first receipt of one rule (`$cut`, `$due_status`, `$effect`).
+pub const ADVISE_DONE_LAGS: Query = query!("advise_done_lags");
+/// `advise`: a run's skip verdicts counted.
+pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
+
+/// Every query of a run in dependency order: each may read the ones before it.
+pub const PIPELINE: [Query; 13] = [
+    RULE_STATUSES,
+    PREVIOUS_OPEN,
+    WATCHED,
+    EFFECT_STATE,
+    EFFECTS_IN_PLAY,
+    CANDIDATES,
+    TRIGGER_EVIDENCE,
+    FINDINGS,
+    REJUDGED,
+    DISCREPANCIES,
+    COMPENSATION_TASKS,
+    SKIP_VERDICTS,
+    RESOLVED,
+];
+
+/// The queries of `advise` (their own parameters: not registered with a run's bounds).
+pub const ADVISE: [Query; 4] =
+    [ADVISE_LAGS, ADVISE_REORDERS, ADVISE_DONE_LAGS, ADVISE_SKIP_VERDICTS];
+
+/// Every embedded query of a run: the pipeline and the checks.
+pub fn all() -> impl Iterator<Item = Query> {
+    PIPELINE.into_iter().chain([
+        ORDER_ID_SPAN,
+        LEDGER_KEY_HASHES,
+        REPEATED_KEY_HASHES,
+        DUPLICATE_MSG_IDS,
+        VOCABULARY,
+    ])
+}
+
+/// A named parameter value (`$cut`, `$since`, `$list_since`, `$expire_before`, `$run_id`,
+/// `$lo`, `$hi`).
+pub type Param = (&'static str, ScalarValue);
+
+/// Plans `query` with `params` bound.
+pub async fn frame(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<DataFrame> {
+    let context = |e| Error::query(format!("query sql/{}.sql", query.name), e);
+    let frame = ctx.sql(query.text).await.map_err(context)?;
+    if params.is_empty() {
+        return Ok(frame);
+    }
+    let values: Vec<(&str, ScalarValue)> = params.iter().map(|(k, v)| (*k, v.clone())).collect();
+    frame.with_param_values(values).map_err(context)
+}
+
+/// Registers `query` as a view under its own name, with `params` bound. A view captures
+/// the plans of the tables it reads *now*: register it after anything it reads has been
+/// materialised, or it will recompute that.
+pub async fn register_view(ctx: &SessionContext, query: Query, params: &[Param]) -> Result<()> {
+    let view = frame(ctx, query, params).await?.into_view();
+    let context = |e| Error::query(format!("registering view {}", query.name), e);
+    ctx.deregister_table(query.name).map_err(context)?;
+    ctx.register_table(query.name, view).map_err(context)?;
+    Ok(())
+}
+
+/// Runs `query` and collects its batches.
+pub async fn collect(
+    ctx: &SessionContext,
+    query: Query,
+    params: &[Param],
+) -> Result<Vec<RecordBatch>> {
+    frame(ctx, query, params)
+        .await?
+        .collect()
+        .await
+        .map_err(|e| Error::query(format!("running sql/{}.sql", query.name), e))
+}
+
+/// A string column of a result by name, as Utf8 whatever string encoding the engine chose.
+pub fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
+    let column = batch.column_by_name(name).ok_or_else(|| missing_column(name))?;
+    let utf8 =
+        datafusion::arrow::compute::cast(column, &datafusion::arrow::datatypes::DataType::Utf8)
+            .map_err(|_| missing_column(name))?;
+    utf8.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| missing_column(name))
+}
+
+/// An Int64 column of a result by name.
+pub fn int64_column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Int64Array> {
+    typed_column(batch, name)
+}
+
+fn missing_column(name: &str) -> Error {
+    Error::Internal(format!("result column '{name}' missing or of an unexpected type"))
+}
+
+fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| missing_column(name))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_query_starts_with_its_contract() {
+        for query in super::all().chain(super::ADVISE) {
+            assert!(
+                query.text.starts_with(&format!("-- {}:", query.name)),
+                "sql/{}.sql lacks its header comment",
+                query.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_sql_file_is_embedded() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/sql");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().into_string().ok())
+            .filter_map(|name| name.strip_suffix(".sql").map(str::to_string))
+            .collect();
+        files.sort();
+        let mut embedded: Vec<String> =
+            super::all().chain(super::ADVISE).map(|q| q.name.to_string()).collect();
+        embedded.sort();
+        assert_eq!(files, embedded);
+    }
+}

@@ -1,0 +1,84 @@
+//! Test-only crash hook: `EFFECT_RECON_CRASH_AT=<stage>[:<n>]` kills the process with
+//! SIGKILL the `n`-th time (default: the first) it reaches the named stage, so the
+//! reliability suite can prove that a run, export or nightly job killed anywhere leaves
+//! nothing a reader would take for a result, and that a rerun finishes the job.
+//!
+//! The stages are [`Stage`] (docs/RELIABILITY.md). Unset (always, outside the tests), the
+//! hook costs one environment lookup per process.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The variable the hook reads.
+pub const CRASH_AT: &str = "EFFECT_RECON_CRASH_AT";
+
+/// A named point of the write paths where the reliability suite kills the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// A run or snapshot folder was claimed.
+    Claimed,
+    /// One Parquet part was written.
+    PartWritten,
+    /// A run's tables are written, its summary not yet.
+    RunBeforeSummary,
+    /// A run's summary is written, its manifest not yet.
+    RunBeforeManifest,
+    /// A run's manifest is written, its claim not yet released.
+    RunAfterManifest,
+    /// A snapshot's tables are written, its manifest not yet.
+    SnapshotBeforeManifest,
+    /// A snapshot's manifest is written, its claim not yet released.
+    SnapshotAfterManifest,
+    /// The exporter encoded one batch.
+    ExportBatch,
+}
+
+impl Stage {
+    /// The stage's name in `EFFECT_RECON_CRASH_AT`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Stage::Claimed => "claimed",
+            Stage::PartWritten => "part-written",
+            Stage::RunBeforeSummary => "run-before-summary",
+            Stage::RunBeforeManifest => "run-before-manifest",
+            Stage::RunAfterManifest => "run-after-manifest",
+            Stage::SnapshotBeforeManifest => "snapshot-before-manifest",
+            Stage::SnapshotAfterManifest => "snapshot-after-manifest",
+            Stage::ExportBatch => "export-batch",
+        }
+    }
+}
+
+/// `(stage, n)` of the variable, read once.
+fn target() -> Option<&'static (String, u64)> {
+    static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    TARGET
+        .get_or_init(|| {
+            let text = std::env::var(CRASH_AT).ok()?;
+            let (stage, n) = match text.split_once(':') {
+                Some((stage, n)) => (stage.to_string(), n.parse().ok()?),
+                None => (text, 1),
+            };
+            Some((stage, n))
+        })
+        .as_ref()
+}
+
+/// Marks that the process reached `stage`; kills it there when the hook asks for it.
+pub fn crash_point(stage: Stage) {
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    let Some((wanted, n)) = target() else { return };
+    if wanted == stage.as_str() && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {
+        kill_self();
+    }
+}
+
+/// SIGKILL to ourselves: no destructor, no flush, no cleanup, as with `kill -9`.
+fn kill_self() -> ! {
+    #[cfg(unix)]
+    // SAFETY: kill(2) on our own pid has no memory effects; it does not return.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
