@@ -51,7 +51,7 @@ pub mod simulate;
 pub mod snapshot;
 pub mod stats;
 pub mod storage;
-pub mod testing;
+pub(crate) mod testing;
 pub mod text;
 pub mod time;
 pub mod verify;

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The variable the hook reads.
-pub const CRASH_AT: &str = "EFFECT_RECON_CRASH_AT";
+pub(crate) const CRASH_AT: &str = "EFFECT_RECON_CRASH_AT";
 
 /// A named point of the write paths where the reliability suite kills the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// A run or snapshot folder was claimed.
     Claimed,
     /// One Parquet part was written.
@@ -35,7 +35,7 @@ pub enum Stage {
 
 impl Stage {
     /// The stage's name in `EFFECT_RECON_CRASH_AT`.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Stage::Claimed => "claimed",
             Stage::PartWritten => "part-written",
@@ -65,7 +65,7 @@ fn target() -> Option<&'static (String, u64)> {
 }
 
 /// Marks that the process reached `stage`; kills it there when the hook asks for it.
-pub fn crash_point(stage: Stage) {
+pub(crate) fn crash_point(stage: Stage) {
     static SEEN: AtomicU64 = AtomicU64::new(0);
     let Some((wanted, n)) = target() else { return };
     if wanted == stage.as_str() && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n {

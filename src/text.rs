@@ -65,9 +65,9 @@ mod tests {
         let table = text_table(&["policy", "n", "note"], &rows, |c| c == 1);
         assert_eq!(
             table,
-            "policy             n  note\n\
-             skip              12\n\
-             pending-review:5s  3  x\n"
+            "policy              n  note\n\
+             skip               12\n\
+             pending-review:5s   3  x\n"
         );
     }
 

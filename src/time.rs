@@ -285,9 +285,9 @@ mod tests {
 
     #[test]
     fn durations_add_their_parts() {
-        assert_eq!(parse_duration("30m"), Ok(30 * 60_000_000));
-        assert_eq!(parse_duration("1h 30m"), Ok(90 * 60_000_000));
-        assert_eq!(parse_duration("1h30m"), Ok(90 * 60_000_000));
+        assert_eq!(parse_duration("30m"), Ok(30 * MINUTE_MICROS));
+        assert_eq!(parse_duration("1h 30m"), Ok(90 * MINUTE_MICROS));
+        assert_eq!(parse_duration("1h30m"), Ok(90 * MINUTE_MICROS));
         assert_eq!(parse_duration("250ms"), Ok(250_000));
         assert_eq!(parse_duration("1d"), Ok(DAY_MICROS));
         for bad in ["", "30", "m", "30x", "1.5h", "-1h", "h30"] {

@@ -165,3 +165,28 @@ pub(super) async fn execute(args: WorkloadArgs) -> anyhow::Result<Outcome> {
     print!("{}", report.render());
     Ok(Outcome::Clean)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{Args, FromArgMatches};
+
+    use super::*;
+
+    #[test]
+    fn every_fault_rate_has_its_flag_and_lands_in_its_own_slot() {
+        assert_eq!(rate_flag(Fault::CancelRace), "cancel-race-rate");
+        let mut argv = vec!["gen".to_string()];
+        for fault in Fault::ALL {
+            argv.extend([format!("--{}", rate_flag(fault)), format!("0.0{}", fault.index())]);
+        }
+        let matches =
+            RateArgs::augment_args(clap::Command::new("gen")).try_get_matches_from(argv).unwrap();
+        let rates = RateArgs::from_arg_matches(&matches).unwrap().apply(FaultRates::default());
+        for fault in Fault::ALL {
+            assert_eq!(rates.rate(fault), format!("0.0{}", fault.index()).parse::<f64>().unwrap());
+        }
+        let none = RateArgs::augment_args(clap::Command::new("gen")).get_matches_from(["gen"]);
+        let untouched = RateArgs::from_arg_matches(&none).unwrap().apply(FaultRates::default());
+        assert_eq!(untouched, FaultRates::default());
+    }
+}

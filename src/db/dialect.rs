@@ -1,13 +1,25 @@
-//! The SQL the exporter itself sends, per database family: transaction control and the
-//! wrappers around a source's own query. The only SQL text of the export module besides
-//! the recommended schemas of `sql/schema/`.
+//! All database-side SQL text of `db/`, per database family: the recommended schemas of
+//! `sql/schema/`; the exporter's transaction control and the wrappers around a source's own
+//! query; the loader's INSERT head; and the statements of the write-back tools, `publish`
+//! (the task table) and `reopen` (the ledger and its audit table). The modules that send
+//! them keep the control flow: transactions, batches, row counts and error messages.
+//!
+//! Table and column names are spliced into the text (the callers have checked them with
+//! `check_identifier`); values are always bound. A write-back statement comes as a
+//! [`QueryBuilder`] with its binds pushed, for the family at hand.
 //!
 //! A source query takes its two parameters (lower bound, cut) first; the wrappers add the
 //! chunk's `order_id` range as parameters 3 and 4, so the text of each wrapper is the same
 //! for every chunk (one prepared statement per connection). A query that takes four
 //! parameters has the range in its own WHERE ([`Chunking::Pushed`]) and is run unwrapped.
 
+use sqlx::{Database, Encode, QueryBuilder, Type};
+
+use super::Stamp;
 use crate::config::job::Driver;
+use crate::run_folder::reader::TaskRow;
+use crate::time::Micros;
+use crate::vocabulary::TaskState;
 
 /// The recommended schema of each family (`sql/schema/*.sql`).
 pub(super) fn schema_ddl(driver: Driver) -> &'static str {
@@ -15,6 +27,24 @@ pub(super) fn schema_ddl(driver: Driver) -> &'static str {
         Driver::MySql => include_str!("../../sql/schema/mysql.sql"),
         Driver::Postgres => include_str!("../../sql/schema/postgres.sql"),
         Driver::Sqlite => include_str!("../../sql/schema/sqlite.sql"),
+    }
+}
+
+/// The recommended DDL of `publish`'s task table (`sql/schema/compensation_task.*.sql`).
+pub(super) fn task_table_ddl(driver: Driver) -> &'static str {
+    match driver {
+        Driver::MySql => include_str!("../../sql/schema/compensation_task.mysql.sql"),
+        Driver::Postgres => include_str!("../../sql/schema/compensation_task.postgres.sql"),
+        Driver::Sqlite => include_str!("../../sql/schema/compensation_task.sqlite.sql"),
+    }
+}
+
+/// The recommended DDL of `reopen`'s audit table (`sql/schema/reopen_audit.*.sql`).
+pub(super) fn audit_table_ddl(driver: Driver) -> &'static str {
+    match driver {
+        Driver::MySql => include_str!("../../sql/schema/reopen_audit.mysql.sql"),
+        Driver::Postgres => include_str!("../../sql/schema/reopen_audit.postgres.sql"),
+        Driver::Sqlite => include_str!("../../sql/schema/reopen_audit.sqlite.sql"),
     }
 }
 
@@ -121,6 +151,306 @@ pub(super) fn wrap(driver: Driver, query: &str, chunking: Chunking) -> Wrapped {
     }
 }
 
+/// A value `DB` can bind: sqlx's own bounds on `push_bind`, for owned values.
+pub(super) trait Bind<DB: Database>: 'static + Encode<'static, DB> + Type<DB> {}
+
+impl<DB: Database, T: 'static + Encode<'static, DB> + Type<DB>> Bind<DB> for T {}
+
+/// `SELECT <columns> FROM <table> WHERE 1 = 0`: fails when the table or a column is
+/// missing, and reads nothing.
+fn probe(table: &str, columns: &[&str]) -> String {
+    format!("SELECT {} FROM {table} WHERE 1 = 0", columns.join(", "))
+}
+
+/// `INSERT INTO <table> (<columns>) `, to be followed by `VALUES`.
+pub(super) fn insert_head(table: &str, columns: &[&str]) -> String {
+    format!("INSERT INTO {table} ({}) ", columns.join(", "))
+}
+
+/// `SELECT <key>, <value> FROM <table> WHERE <key> IN (<keys>)`, the keys bound.
+fn select_in<DB>(
+    table: &str,
+    key: &str,
+    value: &str,
+    keys: impl IntoIterator<Item = String>,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Database,
+    String: Bind<DB>,
+{
+    let mut q = QueryBuilder::new(format!("SELECT {key}, {value} FROM {table} WHERE {key} IN ("));
+    let mut list = q.separated(", ");
+    for key in keys {
+        list.push_bind(key);
+    }
+    q.push(")");
+    q
+}
+
+/// The columns of the task table that `publish` writes, in the order of its INSERT.
+const TASK_COLUMNS: &[&str] = &[
+    "task_id",
+    "effect",
+    "order_id",
+    "class",
+    "action",
+    "command",
+    "reopen_msg_id",
+    "reverse_receipt_ids",
+    "priority",
+    "idempotency_key",
+    "state",
+    "resolution",
+    "first_run",
+    "last_run",
+    "last_cut",
+    "attempt",
+    "updated_at",
+];
+
+/// The run as the task table records it (`first_run`, `last_run`, `last_cut`).
+pub(super) struct RunStamp {
+    /// The run id.
+    pub(super) run_id: String,
+    /// The run's cut (UTC µs).
+    pub(super) cut: Micros,
+}
+
+/// Reads no row of the task table, failing when it lacks a column `publish` uses.
+pub(super) fn task_probe(table: &str) -> String {
+    probe(table, TASK_COLUMNS)
+}
+
+/// `task_id, state` of the tasks `ids` that are in the table.
+pub(super) fn task_states<DB>(
+    table: &str,
+    ids: impl IntoIterator<Item = String>,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Database,
+    String: Bind<DB>,
+{
+    select_in(table, "task_id", "state", ids)
+}
+
+/// One multi-row INSERT of tasks new to the table: OPEN, first and last seen by `run`.
+pub(super) fn task_insert<DB>(
+    table: &str,
+    tasks: &[&TaskRow],
+    run: &RunStamp,
+    now: Micros,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Stamp,
+    String: Bind<DB>,
+    Option<String>: Bind<DB>,
+    &'static str: Bind<DB>,
+    i64: Bind<DB>,
+    i32: Bind<DB>,
+{
+    let mut q = QueryBuilder::new(insert_head(table, TASK_COLUMNS));
+    q.push_values(tasks, |mut row, t| {
+        row.push_bind(t.task_id.clone())
+            .push_bind(t.effect.clone())
+            .push_bind(t.order_id)
+            .push_bind(t.class.as_str())
+            .push_bind(t.action.as_str())
+            .push_bind(t.command.clone())
+            .push_bind(t.reopen_msg_id.clone())
+            .push_bind(receipt_ids_json(t))
+            .push_bind(t.priority)
+            .push_bind(t.idempotency_key.clone())
+            .push_bind(TaskState::Open.as_str())
+            .push_bind(None::<String>)
+            .push_bind(run.run_id.clone())
+            .push_bind(run.run_id.clone())
+            .push_bind(<DB as Stamp>::stamp(run.cut))
+            .push_bind(t.attempt.unwrap_or(1))
+            .push_bind(<DB as Stamp>::stamp(now));
+    });
+    q
+}
+
+/// `reverse_receipt_ids` as the task table stores it: a JSON array (NULL outside
+/// REVERSE_EFFECT).
+fn receipt_ids_json(task: &TaskRow) -> Option<String> {
+    task.reverse_receipt_ids.as_ref().map(|ids| serde_json::Value::from(ids.clone()).to_string())
+}
+
+/// The UPDATE of a task `run` lists again: last run and cut, `attempt` (the run's, else
+/// one more), a RESOLVED task OPEN again; guarded by `last_cut < <the run's cut>`.
+pub(super) fn task_relisted<DB>(
+    table: &str,
+    task: &TaskRow,
+    run: &RunStamp,
+    now: Micros,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Stamp,
+    String: Bind<DB>,
+    i32: Bind<DB>,
+{
+    // MySQL assigns left to right: resolution is computed before state changes.
+    let mut q = QueryBuilder::new(format!("UPDATE {table} SET last_run = "));
+    q.push_bind(run.run_id.clone());
+    q.push(", last_cut = ").push_bind(<DB as Stamp>::stamp(run.cut));
+    match task.attempt {
+        Some(a) => q.push(", attempt = ").push_bind(a),
+        None => q.push(", attempt = attempt + 1"),
+    };
+    q.push(", resolution = CASE WHEN state = 'RESOLVED' THEN NULL ELSE resolution END");
+    q.push(", state = CASE WHEN state = 'RESOLVED' THEN 'OPEN' ELSE state END");
+    q.push(", updated_at = ").push_bind(<DB as Stamp>::stamp(now));
+    q.push(" WHERE task_id = ").push_bind(task.task_id.clone());
+    q.push(" AND last_cut < ").push_bind(<DB as Stamp>::stamp(run.cut));
+    q
+}
+
+/// The UPDATE marking a task RESOLVED with `resolution` (from any state but RESOLVED);
+/// guarded by `last_cut < <the run's cut>`.
+pub(super) fn task_resolved<DB>(
+    table: &str,
+    task_id: &str,
+    resolution: &str,
+    run: &RunStamp,
+    now: Micros,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Stamp,
+    String: Bind<DB>,
+{
+    let mut q = QueryBuilder::new(format!("UPDATE {table} SET state = 'RESOLVED'"));
+    q.push(", resolution = ").push_bind(resolution.to_string());
+    q.push(", last_run = ").push_bind(run.run_id.clone());
+    q.push(", last_cut = ").push_bind(<DB as Stamp>::stamp(run.cut));
+    q.push(", updated_at = ").push_bind(<DB as Stamp>::stamp(now));
+    q.push(" WHERE task_id = ").push_bind(task_id.to_string());
+    q.push(" AND state <> 'RESOLVED' AND last_cut < ");
+    q.push_bind(<DB as Stamp>::stamp(run.cut));
+    q
+}
+
+/// The columns of `reopen`'s audit table, in the order of its INSERT.
+const AUDIT_COLUMNS: &[&str] = &[
+    "apply_id",
+    "batch_id",
+    "msg_id",
+    "run_id",
+    "task_id",
+    "old_action",
+    "new_action",
+    "changed_at",
+    "changed_by",
+];
+
+/// One row of the audit table: a ledger row one batch of an apply changed.
+pub(super) struct AuditRow<'r> {
+    /// The apply.
+    pub(super) apply_id: &'r str,
+    /// The batch of the apply (one transaction).
+    pub(super) batch_id: &'r str,
+    /// The ledger row.
+    pub(super) msg_id: &'r str,
+    /// The run that asked for the change.
+    pub(super) run_id: &'r str,
+    /// The run's task ids asking for it, comma-separated.
+    pub(super) task_id: &'r str,
+    /// The action before.
+    pub(super) old_action: &'r str,
+    /// The action after.
+    pub(super) new_action: &'r str,
+    /// When (UTC µs).
+    pub(super) changed_at: Micros,
+    /// Who.
+    pub(super) changed_by: &'r str,
+}
+
+/// Reads no row of the ledger, failing when it lacks the `msg_id` or `action` column.
+pub(super) fn ledger_probe(ledger: &str, msg_id: &str, action: &str) -> String {
+    probe(ledger, &[msg_id, action])
+}
+
+/// Reads no row of the audit table, failing when it lacks a column `reopen` uses.
+pub(super) fn audit_probe(audit: &str) -> String {
+    probe(audit, AUDIT_COLUMNS)
+}
+
+/// The audit rows of an apply or of one batch (`id`) that set `new_action`, in order:
+/// `msg_id, run_id, task_id, old_action, batch_id`.
+pub(super) fn audit_rows<DB>(
+    audit: &str,
+    id: &str,
+    new_action: &'static str,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Database,
+    String: Bind<DB>,
+    &'static str: Bind<DB>,
+{
+    let mut q = QueryBuilder::new(format!(
+        "SELECT msg_id, run_id, task_id, old_action, batch_id FROM {audit} WHERE (apply_id = "
+    ));
+    q.push_bind(id.to_string()).push(" OR batch_id = ").push_bind(id.to_string());
+    q.push(") AND new_action = ").push_bind(new_action).push(" ORDER BY id");
+    q
+}
+
+/// `<msg_id>, <action>` of the ledger rows `msg_ids`.
+pub(super) fn ledger_actions<DB>(
+    ledger: &str,
+    msg_id: &str,
+    action: &str,
+    msg_ids: impl IntoIterator<Item = String>,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Database,
+    String: Bind<DB>,
+{
+    select_in(ledger, msg_id, action, msg_ids)
+}
+
+/// The guarded UPDATE of one ledger row: `action` set to `to` only where it is still `from`.
+pub(super) fn ledger_update<DB>(
+    ledger: &str,
+    msg_id_column: &str,
+    action_column: &str,
+    msg_id: &str,
+    from: &str,
+    to: &str,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Database,
+    String: Bind<DB>,
+{
+    let mut q = QueryBuilder::new(format!("UPDATE {ledger} SET {action_column} = "));
+    q.push_bind(to.to_string());
+    q.push(format!(" WHERE {msg_id_column} = ")).push_bind(msg_id.to_string());
+    q.push(format!(" AND {action_column} = ")).push_bind(from.to_string());
+    q
+}
+
+/// The INSERT of one audit row.
+pub(super) fn audit_insert<DB>(audit: &str, row: &AuditRow<'_>) -> QueryBuilder<'static, DB>
+where
+    DB: Stamp,
+    String: Bind<DB>,
+{
+    let mut q = QueryBuilder::new(insert_head(audit, AUDIT_COLUMNS));
+    q.push_values([row], |mut values, row| {
+        values
+            .push_bind(row.apply_id.to_string())
+            .push_bind(row.batch_id.to_string())
+            .push_bind(row.msg_id.to_string())
+            .push_bind(row.run_id.to_string())
+            .push_bind(row.task_id.to_string())
+            .push_bind(row.old_action.to_string())
+            .push_bind(row.new_action.to_string())
+            .push_bind(<DB as Stamp>::stamp(row.changed_at))
+            .push_bind(row.changed_by.to_string());
+    });
+    q
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,5 +475,102 @@ mod tests {
         assert!(!wrapped.data.contains("ORDER BY"), "chunks are sorted by the exporter");
         assert!(!wrapped.count_whole.contains("order_id"), "{wrapped:?}");
         assert_eq!(pushed.keys, wrap(Driver::MySql, q, Chunking::Wrapped).keys);
+    }
+
+    #[test]
+    fn publish_sends_the_statements_of_the_task_table() {
+        use crate::vocabulary::{Class, TaskAction};
+        let task = TaskRow {
+            task_id: "t1".into(),
+            effect: "points_grant".into(),
+            order_id: 7,
+            class: Class::SkippedButDue,
+            action: TaskAction::ReverseEffect,
+            command: None,
+            reopen_msg_id: None,
+            reverse_receipt_ids: Some(vec!["r1".into(), "r2".into()]),
+            priority: 1,
+            idempotency_key: "k".into(),
+            attempt: None,
+        };
+        assert_eq!(receipt_ids_json(&task).as_deref(), Some(r#"["r1","r2"]"#));
+        let columns = "task_id, effect, order_id, class, action, command, reopen_msg_id, \
+                       reverse_receipt_ids, priority, idempotency_key, state, resolution, \
+                       first_run, last_run, last_cut, attempt, updated_at";
+        assert_eq!(task_probe("ct"), format!("SELECT {columns} FROM ct WHERE 1 = 0"));
+        let ids = ["a".to_string(), "b".to_string()];
+        assert_eq!(
+            task_states::<sqlx::Postgres>("ct", ids).sql(),
+            "SELECT task_id, state FROM ct WHERE task_id IN ($1, $2)"
+        );
+        let run = RunStamp { run_id: "r".into(), cut: 0 };
+        let values = |n: usize| {
+            let row = vec!["?"; 17].join(", ");
+            vec![format!("({row})"); n].join(", ")
+        };
+        assert_eq!(
+            task_insert::<sqlx::MySql>("ct", &[&task, &task], &run, 0).sql(),
+            format!("INSERT INTO ct ({columns}) VALUES {}", values(2))
+        );
+        let cases = "resolution = CASE WHEN state = 'RESOLVED' THEN NULL ELSE resolution END, \
+                     state = CASE WHEN state = 'RESOLVED' THEN 'OPEN' ELSE state END";
+        assert_eq!(
+            task_relisted::<sqlx::Postgres>("ct", &task, &run, 0).sql(),
+            format!(
+                "UPDATE ct SET last_run = $1, last_cut = $2, attempt = attempt + 1, {cases}, \
+                 updated_at = $3 WHERE task_id = $4 AND last_cut < $5"
+            )
+        );
+        let again = TaskRow { attempt: Some(3), ..task };
+        assert_eq!(
+            task_relisted::<sqlx::Postgres>("ct", &again, &run, 0).sql(),
+            format!(
+                "UPDATE ct SET last_run = $1, last_cut = $2, attempt = $3, {cases}, \
+                 updated_at = $4 WHERE task_id = $5 AND last_cut < $6"
+            )
+        );
+        assert_eq!(
+            task_resolved::<sqlx::Postgres>("ct", "t1", "RECEIPT", &run, 0).sql(),
+            "UPDATE ct SET state = 'RESOLVED', resolution = $1, last_run = $2, last_cut = $3, \
+             updated_at = $4 WHERE task_id = $5 AND state <> 'RESOLVED' AND last_cut < $6"
+        );
+    }
+
+    #[test]
+    fn reopen_sends_the_statements_of_the_ledger_and_its_audit_table() {
+        let columns = "apply_id, batch_id, msg_id, run_id, task_id, old_action, new_action, \
+                       changed_at, changed_by";
+        assert_eq!(ledger_probe("led", "m", "a"), "SELECT m, a FROM led WHERE 1 = 0");
+        assert_eq!(audit_probe("au"), format!("SELECT {columns} FROM au WHERE 1 = 0"));
+        assert_eq!(
+            audit_rows::<sqlx::Postgres>("au", "x", "REVOKED").sql(),
+            "SELECT msg_id, run_id, task_id, old_action, batch_id FROM au \
+             WHERE (apply_id = $1 OR batch_id = $2) AND new_action = $3 ORDER BY id"
+        );
+        let ids = ["m1".to_string()];
+        assert_eq!(
+            ledger_actions::<sqlx::MySql>("led", "m", "a", ids).sql(),
+            "SELECT m, a FROM led WHERE m IN (?)"
+        );
+        assert_eq!(
+            ledger_update::<sqlx::Postgres>("led", "m", "a", "m1", "SKIPPED", "REVOKED").sql(),
+            "UPDATE led SET a = $1 WHERE m = $2 AND a = $3"
+        );
+        let row = AuditRow {
+            apply_id: "ap",
+            batch_id: "b",
+            msg_id: "m1",
+            run_id: "r",
+            task_id: "t1,t2",
+            old_action: "SKIPPED",
+            new_action: "REVOKED",
+            changed_at: 0,
+            changed_by: "me",
+        };
+        assert_eq!(
+            audit_insert::<sqlx::Sqlite>("au", &row).sql(),
+            format!("INSERT INTO au ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        );
+        assert_eq!(insert_head("t", &["a", "b"]), "INSERT INTO t (a, b) ");
     }
 }

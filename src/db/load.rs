@@ -103,7 +103,7 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
                 })?;
             let batches = read_parquet(bytes, table).map_err(|e| Error::SnapshotFile {
                 file: snapshot.display(&file.path),
-                message: e.to_string(), source: None
+                message: e.to_string(), source: Some(Box::new(e))
             })?;
             match tables.iter_mut().find(|t| t.table == table && t.source == source) {
                 Some(existing) => existing.batches.extend(batches),
@@ -266,7 +266,7 @@ fn opt<T: Array + ?Sized, V>(array: &T, i: usize, value: impl FnOnce() -> V) -> 
 macro_rules! insert_rows {
     ($conn:expr, $db:ty, $name:expr, $table:expr, $batches:expr, $per:expr, $ts:expr) => {{
         let column_list: Vec<&str> = $table.columns().iter().map(|c| c.name).collect();
-        let head = format!("INSERT INTO {} ({}) ", $name, column_list.join(", "));
+        let head = dialect::insert_head($name, &column_list);
         let mut tx = $conn.begin().await?;
         let mut total = 0u64;
         for batch in $batches {

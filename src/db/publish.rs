@@ -17,16 +17,16 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use sqlx::{Connection, QueryBuilder};
+use sqlx::Connection;
 
-use super::{self as db, Stamp, WriteTarget};
-use super::error::WriteError;
 use super::conn::Conn;
+use super::dialect::{self, RunStamp};
+use super::error::WriteError;
+use super::{self as db, WriteTarget};
 use crate::config::job::Driver;
 use crate::error::Result;
 use crate::run_folder::reader::{RunOutputs, TaskRow};
 use crate::storage::Location;
-use crate::time::Micros;
 pub use crate::vocabulary::TaskState;
 
 /// The recommended table name.
@@ -34,11 +34,7 @@ pub const DEFAULT_TABLE: &str = "compensation_task";
 
 /// The recommended DDL of the task table for `driver`.
 pub fn schema_ddl(driver: Driver) -> &'static str {
-    match driver {
-        Driver::MySql => include_str!("../../sql/schema/compensation_task.mysql.sql"),
-        Driver::Postgres => include_str!("../../sql/schema/compensation_task.postgres.sql"),
-        Driver::Sqlite => include_str!("../../sql/schema/compensation_task.sqlite.sql"),
-    }
+    dialect::task_table_ddl(driver)
 }
 
 /// A validated publish request.
@@ -158,20 +154,9 @@ async fn publish_on(
     Ok((inserted, updated + resolved, resolved, states))
 }
 
-/// The run as the table records it.
-struct RunStamp {
-    run_id: String,
-    cut: Micros,
-}
-
 /// Fails with a clear message when the table is missing or lacks the columns publish uses.
 async fn probe(conn: &mut Conn, table: &str) -> Result<(), WriteError> {
-    let sql = format!(
-        "SELECT task_id, effect, order_id, class, action, command, reopen_msg_id, \
-         reverse_receipt_ids, priority, idempotency_key, state, resolution, first_run, \
-         last_run, last_cut, attempt, updated_at FROM {table} WHERE 1 = 0"
-    );
-    conn.execute(&sql).await.map_err(WriteError::doing(
+    conn.execute(&dialect::task_probe(table)).await.map_err(WriteError::doing(
         "the table is missing or lacks the columns of the recommended schema \
          (sql/schema/compensation_task.*.sql; --create makes it)",
     ))
@@ -187,14 +172,7 @@ async fn states(
     let mut found = HashMap::new();
     for chunk in ids.chunks(batch.clamp(1, 1000)) {
         let rows: Vec<(String, String)> = crate::db::on_conn!(conn, c, DB => {
-            let mut q = QueryBuilder::<DB>::new(format!(
-                "SELECT task_id, state FROM {table} WHERE task_id IN ("
-            ));
-            let mut list = q.separated(", ");
-            for id in chunk {
-                list.push_bind(id.to_string());
-            }
-            q.push(")");
+            let mut q = dialect::task_states::<DB>(table, chunk.iter().map(|id| id.to_string()));
             q.build_query_as::<(String, String)>().fetch_all(&mut *c).await
         })
         .map_err(WriteError::doing("reading the states of the run's tasks"))?;
@@ -202,10 +180,6 @@ async fn states(
     }
     Ok(found)
 }
-
-const COLUMNS: &str = "task_id, effect, order_id, class, action, command, reopen_msg_id, \
-     reverse_receipt_ids, priority, idempotency_key, state, resolution, first_run, last_run, \
-     last_cut, attempt, updated_at";
 
 /// One transaction: the new tasks inserted, the known ones updated; `(inserted, updated)`.
 async fn write_batch(
@@ -220,43 +194,12 @@ async fn write_batch(
         let mut tx = c.begin().await?;
         let mut inserted = 0;
         if !fresh.is_empty() {
-            let mut q = QueryBuilder::<DB>::new(format!("INSERT INTO {table} ({COLUMNS}) "));
-            q.push_values(fresh, |mut row, t| {
-                row.push_bind(t.task_id.clone())
-                    .push_bind(t.effect.clone())
-                    .push_bind(t.order_id)
-                    .push_bind(t.class.as_str())
-                    .push_bind(t.action.as_str())
-                    .push_bind(t.command.clone())
-                    .push_bind(t.reopen_msg_id.clone())
-                    .push_bind(receipt_ids_json(t))
-                    .push_bind(t.priority)
-                    .push_bind(t.idempotency_key.clone())
-                    .push_bind(TaskState::Open.as_str())
-                    .push_bind(None::<String>)
-                    .push_bind(run.run_id.clone())
-                    .push_bind(run.run_id.clone())
-                    .push_bind(<DB as Stamp>::stamp(run.cut))
-                    .push_bind(t.attempt.unwrap_or(1))
-                    .push_bind(<DB as Stamp>::stamp(now));
-            });
+            let mut q = dialect::task_insert::<DB>(table, fresh, run, now);
             inserted = q.build().execute(&mut *tx).await?.rows_affected();
         }
         let mut updated = 0;
         for t in known {
-            // MySQL assigns left to right: resolution is computed before state changes.
-            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {table} SET last_run = "));
-            q.push_bind(run.run_id.clone());
-            q.push(", last_cut = ").push_bind(<DB as Stamp>::stamp(run.cut));
-            match t.attempt {
-                Some(a) => q.push(", attempt = ").push_bind(a),
-                None => q.push(", attempt = attempt + 1"),
-            };
-            q.push(", resolution = CASE WHEN state = 'RESOLVED' THEN NULL ELSE resolution END");
-            q.push(", state = CASE WHEN state = 'RESOLVED' THEN 'OPEN' ELSE state END");
-            q.push(", updated_at = ").push_bind(<DB as Stamp>::stamp(now));
-            q.push(" WHERE task_id = ").push_bind(t.task_id.clone());
-            q.push(" AND last_cut < ").push_bind(<DB as Stamp>::stamp(run.cut));
+            let mut q = dialect::task_relisted::<DB>(table, t, run, now);
             updated += q.build().execute(&mut *tx).await?.rows_affected();
         }
         tx.commit().await?;
@@ -277,22 +220,10 @@ async fn resolve_batch(
         let mut tx = c.begin().await?;
         let mut updated = 0;
         for (task_id, resolution) in resolved {
-            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {table} SET state = 'RESOLVED'"));
-            q.push(", resolution = ").push_bind(resolution.to_string());
-            q.push(", last_run = ").push_bind(run.run_id.clone());
-            q.push(", last_cut = ").push_bind(<DB as Stamp>::stamp(run.cut));
-            q.push(", updated_at = ").push_bind(<DB as Stamp>::stamp(now));
-            q.push(" WHERE task_id = ").push_bind(task_id.to_string());
-            q.push(" AND state <> 'RESOLVED' AND last_cut < ");
-            q.push_bind(<DB as Stamp>::stamp(run.cut));
+            let mut q = dialect::task_resolved::<DB>(table, task_id, resolution, run, now);
             updated += q.build().execute(&mut *tx).await?.rows_affected();
         }
         tx.commit().await?;
         Ok(updated)
     })
-}
-
-/// `reverse_receipt_ids` as a JSON array (NULL outside REVERSE_EFFECT).
-fn receipt_ids_json(task: &TaskRow) -> Option<String> {
-    task.reverse_receipt_ids.as_ref().map(|ids| serde_json::Value::from(ids.clone()).to_string())
 }

@@ -18,17 +18,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sqlx::{Connection, QueryBuilder};
+use sqlx::Connection;
 
-use super::{self as db, Stamp, WriteTarget};
-use super::error::WriteError;
 use super::conn::Conn;
+use super::dialect::{self, AuditRow};
+use super::error::WriteError;
+use super::{self as db, WriteTarget};
 use crate::config::job::Driver;
 use crate::error::{Error, Result};
 use crate::run_folder::reader::RunOutputs;
 use crate::storage::Location;
-pub use crate::vocabulary::LedgerAction;
 use crate::vocabulary::Class;
+pub use crate::vocabulary::LedgerAction;
 
 /// The recommended ledger table.
 pub const DEFAULT_LEDGER_TABLE: &str = "idempotent_msg";
@@ -49,11 +50,7 @@ fn reopened_from(class: Class) -> Option<LedgerAction> {
 
 /// The recommended DDL of the audit table for `driver`.
 pub fn audit_ddl(driver: Driver) -> &'static str {
-    match driver {
-        Driver::MySql => include_str!("../../sql/schema/reopen_audit.mysql.sql"),
-        Driver::Postgres => include_str!("../../sql/schema/reopen_audit.postgres.sql"),
-        Driver::Sqlite => include_str!("../../sql/schema/reopen_audit.sqlite.sql"),
-    }
+    dialect::audit_table_ddl(driver)
 }
 
 /// What to do.
@@ -256,8 +253,7 @@ async fn reopen_on(
     let target = &plan.target;
     let (ledger, audit) = (plan.table.as_str(), plan.audit_table.as_str());
     let LedgerColumns { msg_id, action } = &plan.columns;
-    let probe = format!("SELECT {msg_id}, {action} FROM {ledger} WHERE 1 = 0");
-    conn.execute(&probe).await.map_err(|e| {
+    conn.execute(&dialect::ledger_probe(ledger, msg_id, action)).await.map_err(|e| {
         target.error(
             ledger,
             format!("the ledger table is missing or has no {msg_id}/{action} columns: {e}"),
@@ -269,11 +265,7 @@ async fn reopen_on(
     }
     let needs_audit = plan.apply || matches!(plan.mode, ReopenMode::Undo { .. });
     if needs_audit {
-        let probe = format!(
-            "SELECT apply_id, batch_id, msg_id, run_id, task_id, old_action, new_action, \
-             changed_at, changed_by FROM {audit} WHERE 1 = 0"
-        );
-        conn.execute(&probe).await.map_err(|e| {
+        conn.execute(&dialect::audit_probe(audit)).await.map_err(|e| {
             target.error(audit, format!("the audit table is missing or lacks columns of sql/schema/reopen_audit.*.sql (--create makes it): {e}"))
         })?;
     }
@@ -331,11 +323,7 @@ fn revoke_items(outputs: &RunOutputs) -> Vec<ReopenItem> {
 async fn undo_items(conn: &mut Conn, audit: &str, id: &str) -> Result<Vec<ReopenItem>, WriteError> {
     type Row = (String, String, Option<String>, String, String);
     let rows: Vec<Row> = crate::db::on_conn!(conn, c, DB => {
-        let mut q = QueryBuilder::<DB>::new(format!(
-            "SELECT msg_id, run_id, task_id, old_action, batch_id FROM {audit} WHERE (apply_id = "
-        ));
-        q.push_bind(id.to_string()).push(" OR batch_id = ").push_bind(id.to_string());
-        q.push(") AND new_action = ").push_bind(REVOKED).push(" ORDER BY id");
+        let mut q = dialect::audit_rows::<DB>(audit, id, REVOKED);
         q.build_query_as::<Row>().fetch_all(&mut *c).await
     })
     .map_err(WriteError::doing(format!("reading the audit rows of '{id}'")))?;
@@ -375,14 +363,8 @@ async fn classify(
     let mut current: HashMap<String, String> = HashMap::new();
     for chunk in items.chunks(batch.clamp(1, 1000)) {
         let rows: Vec<(String, String)> = crate::db::on_conn!(conn, c, DB => {
-            let mut q = QueryBuilder::<DB>::new(format!(
-                "SELECT {msg_id}, {action} FROM {ledger} WHERE {msg_id} IN ("
-            ));
-            let mut list = q.separated(", ");
-            for item in chunk {
-                list.push_bind(item.msg_id.clone());
-            }
-            q.push(")");
+            let ids = chunk.iter().map(|item| item.msg_id.clone());
+            let mut q = dialect::ledger_actions::<DB>(ledger, msg_id, action, ids);
             q.build_query_as::<(String, String)>().fetch_all(&mut *c).await
         })
         .map_err(WriteError::doing("reading the current actions"))?;
@@ -486,27 +468,28 @@ async fn apply_batch(
         let mut tx = c.begin().await?;
         let mut done = Vec::with_capacity(items.len());
         for item in items {
-            let mut q = QueryBuilder::<DB>::new(format!("UPDATE {ledger} SET {action} = "));
-            q.push_bind(item.to.clone());
-            q.push(format!(" WHERE {msg_id} = ")).push_bind(item.msg_id.clone());
-            q.push(format!(" AND {action} = ")).push_bind(item.from.clone());
+            let mut q = dialect::ledger_update::<DB>(
+                ledger,
+                msg_id,
+                action,
+                &item.msg_id,
+                &item.from,
+                &item.to,
+            );
             let changed = q.build().execute(&mut *tx).await?.rows_affected() == 1;
             if changed {
-                let mut q = QueryBuilder::<DB>::new(format!(
-                    "INSERT INTO {audit} (apply_id, batch_id, msg_id, run_id, task_id, \
-                     old_action, new_action, changed_at, changed_by) "
-                ));
-                q.push_values([item], |mut row, item| {
-                    row.push_bind(apply_id.to_string())
-                        .push_bind(batch_id.to_string())
-                        .push_bind(item.msg_id.clone())
-                        .push_bind(item.run_id.clone())
-                        .push_bind(item.task_ids.clone())
-                        .push_bind(item.from.clone())
-                        .push_bind(item.to.clone())
-                        .push_bind(<DB as Stamp>::stamp(now))
-                        .push_bind(plan.by.clone());
-                });
+                let row = AuditRow {
+                    apply_id,
+                    batch_id,
+                    msg_id: &item.msg_id,
+                    run_id: &item.run_id,
+                    task_id: &item.task_ids,
+                    old_action: &item.from,
+                    new_action: &item.to,
+                    changed_at: now,
+                    changed_by: &plan.by,
+                };
+                let mut q = dialect::audit_insert::<DB>(audit, &row);
                 q.build().execute(&mut *tx).await?;
             }
             done.push(changed);

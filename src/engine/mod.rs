@@ -6,5 +6,5 @@
 pub mod cluster;
 pub mod queries;
 pub mod session;
-pub mod staging;
-pub mod udf;
+pub(crate) mod staging;
+pub(crate) mod udf;

@@ -37,7 +37,7 @@ pub struct Staging {
 }
 
 /// The sub-folder of a run folder that holds its staged tables while it runs.
-pub const STAGING_FOLDER: &str = "_staging";
+pub(crate) const STAGING_FOLDER: &str = "_staging";
 
 impl Staging {
     /// A staging area in `<run folder>/_staging/<nonce>/`: the nonce keeps two attempts
@@ -77,7 +77,7 @@ impl Staging {
         let path = format!("{n:03}-{name}.arrow");
         let fail = |e: datafusion::arrow::error::ArrowError| Error::Output {
             location: self.folder.display(&path),
-            message: format!("staging table {name}: {e}"), source: None
+            message: format!("staging table {name}: {e}"), source: Some(Box::new(e))
         };
         let mut writer = FileWriter::try_new(Vec::new(), &schema).map_err(fail)?;
         for batch in batches {
@@ -113,7 +113,7 @@ impl Staging {
 
 /// Registers `batches` under `name`: a `MemTable` in process, a staged Parquet table
 /// on a cluster engine. Replaces a table of the same name.
-pub async fn register_batches(
+pub(crate) async fn register_batches(
     ctx: &SessionContext,
     name: &str,
     schema: SchemaRef,
@@ -131,6 +131,6 @@ pub async fn register_batches(
 
 /// Whether the session's queries run on a cluster (tables must then be files every node
 /// can read: no in-memory tables, no providers of our own).
-pub fn is_distributed(ctx: &SessionContext) -> bool {
+pub(crate) fn is_distributed(ctx: &SessionContext) -> bool {
     Staging::of(ctx).is_some()
 }

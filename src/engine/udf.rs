@@ -46,6 +46,6 @@ impl ScalarUDFImpl for KeyHash {
 }
 
 /// `key_hash(value)`, for registering in a session.
-pub fn key_hash() -> ScalarUDF {
+pub(crate) fn key_hash() -> ScalarUDF {
     ScalarUDF::from(KeyHash { signature: Signature::any(1, Volatility::Immutable) })
 }

@@ -33,12 +33,16 @@ pub struct Event {
     pub fields: Value,
 }
 
+/// The kinds of events, in the order the story tells events of one instant.
+pub const KINDS: [&str; 6] = ["status", "ledger", "receipt", "finding", "skip_verdict", "task"];
+
 /// An order's story.
 #[derive(Debug, Clone)]
 pub struct Timeline {
     /// The order.
     pub order_id: i64,
-    /// Events sorted by time (events without an instant last, in table order).
+    /// Events sorted by time (events without an instant last), at one instant by
+    /// [`KINDS`] and then by text.
     pub events: Vec<Event>,
     /// The reorders, in words: a later offset decided before an earlier one.
     pub reorders: Vec<String>,
@@ -108,7 +112,12 @@ pub async fn explain(
     if run.is_some() {
         run_events(&ctx, order_id, &mut events).await?;
     }
-    events.sort_by_key(|e| (e.at.is_none(), e.at));
+    // Rows come back in scan order, which varies between runs when a table spans several
+    // partitions: events at one instant are ordered by source (as pushed), then by text.
+    events.sort_by(|a, b| {
+        let key = |e: &Event| (e.at.is_none(), e.at, KINDS.iter().position(|k| *k == e.kind));
+        key(a).cmp(&key(b)).then_with(|| a.text.cmp(&b.text))
+    });
     Ok(Timeline { order_id, events, reorders: reorders(&decisions), elapsed: started.elapsed() })
 }
 

@@ -15,7 +15,7 @@ use crate::engine::queries::{self, Param};
 
 /// What the check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RuleCheck {
+pub(crate) struct RuleCheck {
     /// Every rule value the snapshot does not contain, as a sentence.
     pub warnings: Vec<String>,
     /// The warnings that look like typos (a close existing value): INCOMPLETE reasons.
@@ -23,7 +23,7 @@ pub struct RuleCheck {
 }
 
 /// Checks every rule of `rules` against the values of the snapshot tables in `ctx`.
-pub async fn check(ctx: &SessionContext, rules: &RuleSet, params: &[Param]) -> Result<RuleCheck> {
+pub(crate) async fn check(ctx: &SessionContext, rules: &RuleSet, params: &[Param]) -> Result<RuleCheck> {
     let mut vocabulary: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for batch in queries::collect(ctx, queries::VOCABULARY, params).await? {
         let kinds = queries::string_column(&batch, "kind")?;

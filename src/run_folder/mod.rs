@@ -6,7 +6,7 @@
 pub mod reader;
 pub mod summary;
 pub mod tables;
-pub mod writer;
+pub(crate) mod writer;
 
 use std::collections::BTreeMap;
 
@@ -18,7 +18,7 @@ use crate::vocabulary::RunStatus;
 pub use reader::{complete_runs, existing_run, read_run_manifest, read_run_summary, CompleteRun, RunOutputs};
 pub use summary::Summary;
 pub use tables::OutputTable;
-pub use writer::RunPublisher;
+pub(crate) use writer::RunPublisher;
 
 /// Format tag of a run manifest.
 pub const RUN_FORMAT: &str = "effect-recon/run@1";

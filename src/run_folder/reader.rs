@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::error::ArrowError;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
@@ -45,7 +46,7 @@ pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
     })?;
     let manifest: RunManifest = serde_json::from_slice(&bytes).map_err(|e| Error::Run {
         location: folder.display(MANIFEST),
-        message: format!("not a run manifest: {e}"), source: None
+        message: format!("not a run manifest: {e}"), source: Some(Box::new(e))
     })?;
     if manifest.format != RUN_FORMAT {
         return Err(Error::Run {
@@ -86,7 +87,11 @@ pub async fn read_run_summary(folder: &Location) -> Result<Summary> {
         .read_optional(SUMMARY)
         .await?
         .ok_or_else(|| fail("a complete run without its summary".into()))?;
-    serde_json::from_slice(&bytes).map_err(|e| fail(format!("not a run summary: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| Error::Run {
+        location: folder.display(SUMMARY),
+        message: format!("not a run summary: {e}"),
+        source: Some(Box::new(e)),
+    })
 }
 
 /// A complete run found under an output root.
@@ -287,7 +292,7 @@ impl RunOutputs {
         let tasks = read_table(folder, &manifest, OutputTable::CompensationTasks, true).await?;
         let findings = read_table(folder, &manifest, OutputTable::Discrepancies, true).await?;
         let resolved = read_table(folder, &manifest, OutputTable::Resolved, false).await?;
-        let fail = |table: OutputTable| move |m: String| run_error(folder.display(table.name()), m);
+        let fail = |table: OutputTable| move |e| run_error(folder.display(table.name()), e);
         let tasks = rows(&tasks, task_row).map_err(fail(OutputTable::CompensationTasks))?;
         let findings = rows(&findings, finding_row).map_err(fail(OutputTable::Discrepancies))?;
         let resolved = match resolved {
@@ -322,8 +327,47 @@ impl RunOutputs {
     }
 }
 
-pub(crate) fn run_error(location: String, message: String) -> Error {
-    Error::Run { location, message, source: None }
+/// A run file whose rows break the contract (docs/OUTPUTS.md).
+pub(crate) fn run_error(location: String, e: RowError) -> Error {
+    Error::Run { location, message: e.to_string(), source: Some(Box::new(e)) }
+}
+
+/// Why a row of a run's output cannot be read as the contract says.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RowError {
+    /// A column of another type than the contract's, and not castable to it.
+    #[error("column {column}: {source}")]
+    Cast {
+        /// The column.
+        column: String,
+        /// Arrow's cast error.
+        #[source]
+        source: ArrowError,
+    },
+    /// A column the contract requires is absent.
+    #[error("column {0} is missing")]
+    Missing(String),
+    /// A required value is NULL, or the column has a type the row cannot read.
+    #[error("column {column} is NULL or of type {data_type} in row {row}")]
+    NullOrMistyped {
+        /// The column.
+        column: String,
+        /// Its type in the file.
+        data_type: DataType,
+        /// The row, from 0 in the file order.
+        row: usize,
+    },
+    /// A text outside the column's vocabulary.
+    #[error("column {column}, row {row}: {source}")]
+    Unknown {
+        /// The column.
+        column: String,
+        /// The row.
+        row: usize,
+        /// The unknown name.
+        #[source]
+        source: UnknownName,
+    },
 }
 
 /// The batches of one output table; `None` when the manifest does not list it.
@@ -336,16 +380,21 @@ pub(crate) async fn read_table(
     let table = table.name();
     let Some(files) = manifest.tables.get(table) else {
         if required {
-            return Err(run_error(
-                folder.display("manifest.json"),
-                format!("lists no table '{table}'"),
-            ));
+            return Err(Error::Run {
+                location: folder.display(MANIFEST),
+                message: format!("lists no table '{table}'"),
+                source: None,
+            });
         }
         return Ok(None);
     };
     let mut batches = Vec::new();
     for entry in &files.files {
-        let fail = |message: String| run_error(folder.display(&entry.path), message);
+        let fail = |message: String| Error::Run {
+            location: folder.display(&entry.path),
+            message,
+            source: None,
+        };
         let bytes = folder
             .read_optional(&entry.path)
             .await?
@@ -365,8 +414,8 @@ pub(crate) async fn read_table(
 /// Each row of `batches` as `row` reads it.
 pub(crate) fn rows<T>(
     batches: &Option<Vec<RecordBatch>>,
-    row: fn(&Typed, usize) -> Result<T, String>,
-) -> Result<Vec<T>, String> {
+    row: fn(&Typed, usize) -> Result<T, RowError>,
+) -> Result<Vec<T>, RowError> {
     let mut out = Vec::new();
     for batch in batches.iter().flatten() {
         let typed = Typed::of(batch)?;
@@ -383,7 +432,7 @@ pub(crate) struct Typed {
 }
 
 impl Typed {
-    pub(crate) fn of(batch: &RecordBatch) -> Result<Self, String> {
+    pub(crate) fn of(batch: &RecordBatch) -> Result<Self, RowError> {
         let mut columns = Vec::new();
         for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
             let wanted = match field.data_type() {
@@ -401,12 +450,12 @@ impl Typed {
             let column = match field.data_type() {
                 DataType::Timestamp(_, zone) => {
                     cast(column, &DataType::Timestamp(TimeUnit::Microsecond, zone.clone()))
-                        .map_err(|e| format!("column {}: {e}", field.name()))?
+                        .map_err(|source| RowError::Cast { column: field.name().clone(), source })?
                 }
                 _ => Arc::clone(column),
             };
-            let cast =
-                cast(&column, &wanted).map_err(|e| format!("column {}: {e}", field.name()))?;
+            let cast = cast(&column, &wanted)
+                .map_err(|source| RowError::Cast { column: field.name().clone(), source })?;
             columns.push((field.name().clone(), cast));
         }
         Ok(Typed { columns })
@@ -467,18 +516,22 @@ impl Typed {
     }
 
     /// A column the contract says is never NULL.
-    fn required<T>(&self, name: &str, i: usize, value: Option<T>) -> Result<T, String> {
+    fn required<T>(&self, name: &str, i: usize, value: Option<T>) -> Result<T, RowError> {
         value.ok_or_else(|| match self.get(name) {
-            None => format!("column {name} is missing"),
-            Some(c) => format!("column {name} is NULL or of type {} in row {i}", c.data_type()),
+            None => RowError::Missing(name.to_string()),
+            Some(c) => RowError::NullOrMistyped {
+                column: name.to_string(),
+                data_type: c.data_type().clone(),
+                row: i,
+            },
         })
     }
 
-    pub(crate) fn req_text(&self, name: &str, i: usize) -> Result<String, String> {
+    pub(crate) fn req_text(&self, name: &str, i: usize) -> Result<String, RowError> {
         self.required(name, i, self.text(name, i))
     }
 
-    pub(crate) fn req_int64(&self, name: &str, i: usize) -> Result<i64, String> {
+    pub(crate) fn req_int64(&self, name: &str, i: usize) -> Result<i64, RowError> {
         self.required(name, i, self.int64(name, i))
     }
 
@@ -488,9 +541,15 @@ impl Typed {
         &self,
         name: &str,
         i: usize,
-    ) -> Result<Option<T>, String> {
+    ) -> Result<Option<T>, RowError> {
         self.text(name, i)
-            .map(|text| text.parse().map_err(|e| format!("column {name}, row {i}: {e}")))
+            .map(|text| {
+                text.parse().map_err(|source| RowError::Unknown {
+                    column: name.to_string(),
+                    row: i,
+                    source,
+                })
+            })
             .transpose()
     }
 
@@ -499,13 +558,13 @@ impl Typed {
         &self,
         name: &str,
         i: usize,
-    ) -> Result<T, String> {
+    ) -> Result<T, RowError> {
         let value = self.name(name, i)?;
         self.required(name, i, value)
     }
 }
 
-pub(crate) fn task_row(t: &Typed, i: usize) -> Result<TaskRow, String> {
+pub(crate) fn task_row(t: &Typed, i: usize) -> Result<TaskRow, RowError> {
     Ok(TaskRow {
         task_id: t.req_text("task_id", i)?,
         effect: t.req_text("effect", i)?,
@@ -521,7 +580,7 @@ pub(crate) fn task_row(t: &Typed, i: usize) -> Result<TaskRow, String> {
     })
 }
 
-pub(crate) fn finding_row(t: &Typed, i: usize) -> Result<FindingRow, String> {
+pub(crate) fn finding_row(t: &Typed, i: usize) -> Result<FindingRow, RowError> {
     Ok(FindingRow {
         finding_id: t.req_text("finding_id", i)?,
         effect: t.req_text("effect", i)?,
@@ -541,7 +600,7 @@ pub(crate) fn finding_row(t: &Typed, i: usize) -> Result<FindingRow, String> {
     })
 }
 
-fn resolved_row(t: &Typed, i: usize) -> Result<ResolvedRow, String> {
+fn resolved_row(t: &Typed, i: usize) -> Result<ResolvedRow, RowError> {
     Ok(ResolvedRow {
         finding_id: t.req_text("finding_id", i)?,
         effect: t.req_text("effect", i)?,
@@ -552,7 +611,7 @@ fn resolved_row(t: &Typed, i: usize) -> Result<ResolvedRow, String> {
     })
 }
 
-pub(crate) fn skip_row(t: &Typed, i: usize) -> Result<SkipRow, String> {
+pub(crate) fn skip_row(t: &Typed, i: usize) -> Result<SkipRow, RowError> {
     Ok(SkipRow {
         msg_id: t.req_text("msg_id", i)?,
         order_id: t.req_int64("order_id", i)?,

@@ -18,7 +18,7 @@ use crate::storage::Location;
 use crate::testing::{crash_point, Stage};
 
 /// A run folder to write: one writer at a time per run id (crate::storage::claim).
-pub struct RunPublisher {
+pub(crate) struct RunPublisher {
     folder: Location,
     replace: bool,
 }
@@ -26,7 +26,7 @@ pub struct RunPublisher {
 impl RunPublisher {
     /// Checks `<out>/run=<id>/` before any work: refuses an existing complete run unless
     /// `replace`. The folder is claimed and cleared only when publishing.
-    pub async fn prepare(out: &Location, run_id: &str, replace: bool) -> Result<Self> {
+    pub(crate) async fn prepare(out: &Location, run_id: &str, replace: bool) -> Result<Self> {
         let folder = out.join(&run_folder(run_id));
         if folder.exists(MANIFEST).await? && !replace {
             return Err(already_exists(&folder));
@@ -35,7 +35,7 @@ impl RunPublisher {
     }
 
     /// Where the run is written.
-    pub fn folder(&self) -> &Location {
+    pub(crate) fn folder(&self) -> &Location {
         &self.folder
     }
 
@@ -43,7 +43,7 @@ impl RunPublisher {
     /// run that appeared meanwhile unless `replace`), clears the leftovers of a failed,
     /// killed or replaced run (its manifest first), writes the tables and summary, then the
     /// manifest (create-only); returns the manifest.
-    pub async fn publish(
+    pub(crate) async fn publish(
         self,
         identity: &RunIdentity,
         tables: &[(OutputTable, &RecordBatch)],
@@ -131,7 +131,7 @@ fn already_exists(folder: &Location) -> Error {
 
 fn to_json<T: Serialize>(value: &T, location: &str) -> Result<Vec<u8>> {
     let mut json = serde_json::to_vec_pretty(value)
-        .map_err(|e| Error::Output { location: location.into(), message: e.to_string(), source: None })?;
+        .map_err(|e| Error::Output { location: location.into(), message: e.to_string(), source: Some(Box::new(e)) })?;
     json.push(b'\n');
     Ok(json)
 }

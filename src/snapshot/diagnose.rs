@@ -28,7 +28,7 @@ use crate::storage::Location;
 
 /// `error` (a failed query over `snapshot`) with the corrupt file named, when a listed file
 /// does not decode; otherwise `error` unchanged.
-pub async fn name_corrupt_file(snapshot: &Location, error: Error) -> Error {
+pub(crate) async fn name_corrupt_file(snapshot: &Location, error: Error) -> Error {
     if !matches!(error, Error::Query { .. }) {
         return error;
     }

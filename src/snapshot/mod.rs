@@ -5,7 +5,7 @@
 //! `export`, so `run` cannot tell them apart); [`reader`] validates one and registers its
 //! tables in a DataFusion session.
 
-pub mod diagnose;
+pub(crate) mod diagnose;
 pub mod reader;
 mod row_groups;
 pub mod writer;

@@ -21,6 +21,7 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
+use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
@@ -210,7 +211,7 @@ impl Snapshot {
         .map_err(|_| {
             fail("unreadable Parquet: the Parquet reader cannot decode its footer".into())
         })?
-        .map_err(|e| fail(format!("unreadable Parquet: {e}")))?;
+        .map_err(|e| unreadable(&shown, e))?;
         let rows = builder.metadata().file_metadata().num_rows();
         if rows < 0 || rows as u64 != file.rows {
             return Err(fail(format!("holds {rows} rows but manifest.json says {}", file.rows)));
@@ -236,7 +237,7 @@ impl Snapshot {
                 if let Some(row) =
                     first_null_row(&builder, &self.location, &file.path, meta.size, spec)
                         .await
-                        .map_err(fail)?
+                        .map_err(|e| unreadable(&shown, e))?
                 {
                     return Err(column_error(format!(
                         "row {row} is NULL; the column must not be NULL"
@@ -374,6 +375,15 @@ fn normalised(schema: &Schema, spec: &ColumnSpec) -> Expr {
 }
 
 /// Row index of the first NULL of a column that must not have any. Row-group statistics
+/// A file the Parquet reader refuses, with the reader's error kept as the cause.
+fn unreadable(file: &str, e: ParquetError) -> Error {
+    Error::SnapshotFile {
+        file: file.into(),
+        message: format!("unreadable Parquet: {e}"),
+        source: Some(Box::new(e)),
+    }
+}
+
 /// answer without reading data when they say zero; otherwise the column is scanned.
 async fn first_null_row(
     builder: &ParquetRecordBatchStreamBuilder<ParquetObjectReader>,
@@ -381,7 +391,7 @@ async fn first_null_row(
     relative: &str,
     size: u64,
     spec: &ColumnSpec,
-) -> Result<Option<u64>, String> {
+) -> Result<Option<u64>, ParquetError> {
     let metadata = builder.metadata();
     let Some(index) = builder.schema().index_of(spec.name).ok() else { return Ok(None) };
     let stats_say_none = metadata.row_groups().iter().all(|rg| {
@@ -393,16 +403,11 @@ async fn first_null_row(
     }
     let reader = ParquetObjectReader::new(Arc::clone(location.store()), location.path(relative))
         .with_file_size(size);
-    let scan = ParquetRecordBatchStreamBuilder::new(reader)
-        .await
-        .map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let scan = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::roots(scan.parquet_schema(), [index]);
-    let mut stream =
-        scan.with_projection(mask).build().map_err(|e| format!("unreadable Parquet: {e}"))?;
+    let mut stream = scan.with_projection(mask).build()?;
     let mut row = 0u64;
-    while let Some(batch) =
-        stream.try_next().await.map_err(|e| format!("unreadable Parquet: {e}"))?
-    {
+    while let Some(batch) = stream.try_next().await? {
         let column = batch.column(0);
         if column.null_count() > 0 {
             let offset = (0..column.len()).find(|&i| column.is_null(i)).unwrap_or(0);

@@ -114,7 +114,7 @@ impl SnapshotWriter {
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
             location: self.location.display(MANIFEST),
-            message: e.to_string(), source: None
+            message: e.to_string(), source: Some(Box::new(e))
         })?;
         crash_point(Stage::SnapshotBeforeManifest);
         if !self.location.create(MANIFEST, Bytes::from(json)).await? {

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::storage::Location;
 
 /// Prefix of the claim objects in a folder being written.
-pub const CLAIM_PREFIX: &str = "_writing.";
+pub(crate) const CLAIM_PREFIX: &str = "_writing.";
 
 /// Who holds a claim.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -51,7 +51,7 @@ fn held() -> &'static Mutex<HashSet<String>> {
 /// A folder claimed for writing; dropping it without [`Claim::release`] leaves the claim
 /// object, which this and other processes then see as stale.
 #[derive(Debug)]
-pub struct Claim {
+pub(crate) struct Claim {
     folder: Location,
     number: u64,
     token: String,
@@ -60,7 +60,7 @@ pub struct Claim {
 impl Claim {
     /// Claims `folder` for writing `what` (`run`, `snapshot`); refuses when a live writer
     /// holds it.
-    pub async fn acquire(folder: &Location, what: &str) -> Result<Claim> {
+    pub(crate) async fn acquire(folder: &Location, what: &str) -> Result<Claim> {
         for _ in 0..8 {
             let existing = claims(folder).await?;
             let next = match existing.last() {
@@ -100,7 +100,7 @@ impl Claim {
     }
 
     /// Removes the claim object (after the manifest is written, or after a failure).
-    pub async fn release(self) -> Result<()> {
+    pub(crate) async fn release(self) -> Result<()> {
         self.delete(self.number).await
     }
 
@@ -124,7 +124,7 @@ fn claim_name(number: u64) -> String {
 }
 
 /// Whether `name` (a file name inside a folder) is a claim object.
-pub fn is_claim(name: &str) -> bool {
+pub(crate) fn is_claim(name: &str) -> bool {
     name.starts_with(CLAIM_PREFIX)
 }
 
@@ -266,7 +266,7 @@ fn remove_staging_files(dir: &std::path::Path, claim_number: u64) {
 /// Deletes the leftovers of a writer that did not finish, once the folder is claimed:
 /// `manifest.json` first (so no reader sees a manifest over missing files), then every
 /// object under `subfolders` (all of `folder` when empty) except claim objects.
-pub async fn clear_leftovers(folder: &Location, subfolders: &[&str], claim: &Claim) -> Result<()> {
+pub(crate) async fn clear_leftovers(folder: &Location, subfolders: &[&str], claim: &Claim) -> Result<()> {
     let manifest = folder.path(crate::snapshot::MANIFEST);
     match folder.store().delete(&manifest).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

@@ -5,7 +5,7 @@
 //! the same code serves a laptop directory and a bucket. [`claim`] keeps one writer per
 //! folder; [`parquet_parts`] writes numbered Parquet parts with row counts and SHA-256.
 
-pub mod claim;
+pub(crate) mod claim;
 pub mod parquet_parts;
 
 use std::sync::Arc;

@@ -27,7 +27,7 @@ use datafusion::parquet::file::writer::SerializedFileWriter;
 use datafusion::parquet::schema::types::ColumnPath;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::{BoxError, Error, Result};
 use crate::storage::Location;
 use serde::{Deserialize, Serialize};
 
@@ -245,10 +245,11 @@ impl PartWriter {
         Ok(())
     }
 
-    fn error(&self, e: impl std::fmt::Display) -> Error {
+    fn error(&self, e: impl std::fmt::Display + Into<BoxError>) -> Error {
         Error::Output {
             location: self.location.display(&self.folder),
-            message: format!("writing Parquet: {e}"), source: None
+            message: format!("writing Parquet: {e}"),
+            source: Some(e.into()),
         }
     }
 }
@@ -340,7 +341,7 @@ fn new_writer(
     )
     .map_err(|e| Error::Output {
         location: what.to_string(),
-        message: format!("creating Parquet writer: {e}"), source: None
+        message: format!("creating Parquet writer: {e}"), source: Some(Box::new(e))
     })
 }
 

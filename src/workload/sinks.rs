@@ -79,7 +79,7 @@ impl TruthSink {
             ArrowWriter::try_new(Vec::new(), SchemaRef::clone(&schema), Some(writer_properties()))
                 .map_err(|e| Error::Output {
                     location: folder.display(TRUTH_FILE),
-                    message: e.to_string(), source: None
+                    message: e.to_string(), source: Some(Box::new(e))
                 })?;
         Ok(TruthSink { writer, schema })
     }
@@ -102,7 +102,7 @@ impl TruthSink {
 }
 
 fn truth_error(e: datafusion::parquet::errors::ParquetError) -> Error {
-    Error::Output { location: TRUTH_FILE.into(), message: e.to_string(), source: None }
+    Error::Output { location: TRUTH_FILE.into(), message: e.to_string(), source: Some(Box::new(e)) }
 }
 
 /// Rows per table and per receipt source (`receipts/<source>`), and the number of files,

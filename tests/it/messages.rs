@@ -123,7 +123,7 @@ fn a_run_table_without_run_says_to_pass_run() {
 fn a_missing_run_folder_does_not_exist() {
     let missing = repo("no-such-recon/run=20261129T160000Z").display().to_string();
     let output = effect_recon(&["sql", "--run", &missing, "-c", "SELECT 1"]);
-    assert_eq!(error_line(&output), format!("error: output {missing}: run folder does not exist"));
+    assert_eq!(error_line(&output), format!("error: run {missing}: run folder does not exist"));
 }
 
 #[test]

@@ -67,6 +67,6 @@ pub async fn probe(scheduler: &str, ctx: &SessionContext) -> Result<()> {
 fn cluster_error(scheduler: &str, e: datafusion::error::DataFusionError) -> Error {
     Error::Cluster {
         scheduler: format!("{BALLISTA_SCHEME}{scheduler}"),
-        message: format!("does not answer: {e}"), source: None
+        message: format!("does not answer: {e}"), source: Some(Box::new(e))
     }
 }

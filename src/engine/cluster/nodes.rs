@@ -114,7 +114,7 @@ pub async fn run_executor(options: &ExecutorOptions) -> Result<()> {
     let scheduler = format!("{}:{}", options.scheduler_host, options.scheduler_port);
     start_executor_process(Arc::new(config))
         .await
-        .map_err(|e| Error::Cluster { scheduler, message: format!("executor stopped: {e}"), source: None })
+        .map_err(|e| Error::Cluster { scheduler, message: format!("executor stopped: {e}"), source: Some(Box::new(e)) })
 }
 
 /// The scheduler's sessions: Ballista's defaults, plus `key_hash` and our object stores.

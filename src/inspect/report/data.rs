@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::run_folder::{complete_runs, read_run_summary, CompleteRun, RunManifest};
 use crate::run_folder::summary::Summary;
 use crate::run_folder::reader::{
-    finding_row, read_table, rows, run_error, skip_row, task_row, TaskRow, Typed,
+    finding_row, read_table, rows, run_error, skip_row, task_row, RowError, TaskRow, Typed,
 };
 use crate::vocabulary::{RunStatus, Verdict};
 use crate::run_folder::OutputTable;
@@ -144,7 +144,7 @@ async fn read_rows<T>(
     folder: &Location,
     manifest: &RunManifest,
     table: OutputTable,
-    row: fn(&Typed, usize) -> Result<T, String>,
+    row: fn(&Typed, usize) -> Result<T, RowError>,
 ) -> Result<Vec<T>> {
     let batches = read_table(folder, manifest, table, false).await?;
     rows(&batches, row).map_err(|m| run_error(folder.display(table.name()), m))

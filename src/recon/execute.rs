@@ -1,0 +1,204 @@
+//! The SQL driver of a run: the queries of `sql/` executed in order over the registered
+//! tables, the small intermediate tables materialised once, the big aggregation one
+//! order_id range at a time, each plan kept for `--explain`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::Array;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_plan::collect;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::metrics::MetricValue;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+
+use super::{lifecycle, rules_table, Bounds, Outputs};
+use crate::config::RuleSet;
+use crate::engine::queries::{self, Param, Query};
+use crate::engine::staging;
+use crate::error::{Error, Result};
+use crate::run_folder::OutputTable;
+
+/// Computes the outputs over the tables registered in `ctx` (snapshot tables must
+/// already be there; the `previous_*` tables too when the run follows one, else they are
+/// registered empty), aggregating at most `rows_per_pass` input rows at a time. Used by
+/// `run`, the tests and the benches.
+pub async fn reconcile(
+    ctx: &SessionContext,
+    rules: &RuleSet,
+    bounds: &Bounds,
+    rows_per_pass: u64,
+    explain: bool,
+) -> Result<Outputs> {
+    let rules_batch = rules_table::batch(rules)?;
+    staging::register_batches(
+        ctx,
+        rules_table::RULES_TABLE,
+        rules_batch.schema(),
+        vec![rules_batch],
+    )
+    .await?;
+    if !lifecycle::is_registered(ctx) {
+        lifecycle::register_empty(ctx).await?;
+    }
+    let params = bounds.params();
+    let mut plans = Vec::new();
+    // A handful of rows; materialised so the planner knows it is tiny and broadcasts it
+    // into the status_history join instead of repartitioning status_history.
+    materialise(ctx, queries::RULE_STATUSES, &params, explain, &mut plans).await?;
+    // The previous run's open findings and the pairs they (and carried skips) watch: at
+    // most the backlog, read by several later queries.
+    materialise(ctx, queries::PREVIOUS_OPEN, &params, explain, &mut plans).await?;
+    materialise(ctx, queries::WATCHED, &params, explain, &mut plans).await?;
+    materialise_effects_in_play(ctx, bounds, rows_per_pass, explain, &mut plans).await?;
+    materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
+    // Registered only now, so that it reads the materialised candidates.
+    queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
+    materialise(ctx, queries::FINDINGS, &params, explain, &mut plans).await?;
+    materialise(ctx, queries::REJUDGED, &params, explain, &mut plans).await?;
+    outputs(ctx, &params, explain, plans).await
+}
+
+/// Effects in play and candidates are small and each feeds two later queries: computing
+/// them once keeps the big inputs from being aggregated again. The aggregation behind
+/// effects in play runs one order_id range at a time so its memory stays bounded.
+async fn materialise_effects_in_play(
+    ctx: &SessionContext,
+    bounds: &Bounds,
+    rows_per_pass: u64,
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<()> {
+    let mut in_play = Vec::new();
+    for (lo, hi) in order_id_ranges(ctx, rows_per_pass).await? {
+        let range_params = bounds.params_for_orders(lo, hi);
+        queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
+        in_play.push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, plans).await?);
+    }
+    let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
+        Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
+    })?;
+    let batches = in_play.into_iter().flat_map(|(_, b)| b).collect();
+    staging::register_batches(ctx, queries::EFFECTS_IN_PLAY.name, schema, batches).await
+}
+
+/// The output tables, from the materialised findings and re-judged open findings.
+async fn outputs(
+    ctx: &SessionContext,
+    params: &[Param],
+    explain: bool,
+    mut plans: Vec<(String, String)>,
+) -> Result<Outputs> {
+    let discrepancies = OutputTable::Discrepancies
+        .conform(&execute(ctx, queries::DISCREPANCIES, params, explain, &mut plans).await?.1)?;
+    staging::register_batches(
+        ctx,
+        OutputTable::Discrepancies.name(),
+        discrepancies.schema(),
+        vec![discrepancies.clone()],
+    )
+    .await?;
+    let compensation_tasks = OutputTable::CompensationTasks.conform(
+        &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut plans).await?.1,
+    )?;
+    let skip_verdicts = OutputTable::SkipVerdicts
+        .conform(&execute(ctx, queries::SKIP_VERDICTS, params, explain, &mut plans).await?.1)?;
+    let resolved = OutputTable::Resolved
+        .conform(&execute(ctx, queries::RESOLVED, params, explain, &mut plans).await?.1)?;
+    Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, plans })
+}
+
+/// The order_id ranges effect_state is computed over: the whole range for a day of at
+/// most `rows_per_pass` input rows, else equal-width slices of `[min, max]` (the snapshot
+/// files are sorted by order_id, so each slice reads only its own row groups).
+async fn order_id_ranges(ctx: &SessionContext, rows_per_pass: u64) -> Result<Vec<(i64, i64)>> {
+    let rows_per_pass = i128::from(rows_per_pass.max(1));
+    let whole = vec![(i64::MIN, i64::MAX)];
+    let batches = queries::collect(ctx, queries::ORDER_ID_SPAN, &[]).await?;
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(whole) };
+    let (lo, hi, rows) = (
+        queries::int64_column(batch, "lo")?,
+        queries::int64_column(batch, "hi")?,
+        queries::int64_column(batch, "rows")?,
+    );
+    if lo.is_null(0) || hi.is_null(0) || i128::from(rows.value(0)) <= rows_per_pass {
+        return Ok(whole);
+    }
+    let (lo, hi) = (i128::from(lo.value(0)), i128::from(hi.value(0)));
+    let passes = (i128::from(rows.value(0)) + rows_per_pass - 1) / rows_per_pass;
+    let width = ((hi - lo + 1) + passes - 1) / passes;
+    let bound = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+    Ok((0..passes)
+        .map(|i| {
+            let start = if i == 0 { i128::from(i64::MIN) } else { lo + i * width };
+            let end = if i == passes - 1 { i128::from(i64::MAX) } else { lo + (i + 1) * width - 1 };
+            (bound(start), bound(end))
+        })
+        .collect())
+}
+
+async fn execute(
+    ctx: &SessionContext,
+    query: Query,
+    params: &[Param],
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let frame = queries::frame(ctx, query, params).await?;
+    let context = |e| Error::query(format!("running sql/{}.sql", query.name), e);
+    let started = Instant::now();
+    let physical = frame.create_physical_plan().await.map_err(context)?;
+    let batches = collect(Arc::clone(&physical), ctx.task_ctx()).await.map_err(context)?;
+    if explain {
+        let header =
+            format!("{}.sql ({})", query.name, crate::time::format_elapsed(started.elapsed()));
+        let mut text =
+            DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string();
+        scan_balance(physical.as_ref(), &mut text);
+        plans.push((header, text));
+    }
+    Ok((physical.schema(), batches))
+}
+
+/// Appends, for every file scan of an executed plan, the rows each partition produced and
+/// the skew (1 - mean/max): partitions left empty by pruned scans idle their cores.
+fn scan_balance(plan: &dyn ExecutionPlan, text: &mut String) {
+    if plan.name() == "DataSourceExec" {
+        let partitions = plan.properties().output_partitioning().partition_count();
+        let mut rows = vec![0usize; partitions];
+        for metric in plan.metrics().iter().flat_map(|m| m.iter()) {
+            if let (MetricValue::OutputRows(count), Some(p)) = (metric.value(), metric.partition())
+            {
+                if let Some(slot) = rows.get_mut(p) {
+                    *slot += count.value();
+                }
+            }
+        }
+        let max = rows.iter().copied().max().unwrap_or(0);
+        let mean = rows.iter().sum::<usize>() as f64 / partitions.max(1) as f64;
+        let skew = if max == 0 { 0.0 } else { 1.0 - mean / max as f64 };
+        let busy = rows.iter().filter(|&&r| r > 0).count();
+        text.push_str(&format!(
+            "scan rows per partition: {rows:?} (busy {busy}/{partitions}, skew {:.0}%)\n",
+            skew * 100.0
+        ));
+    }
+    for child in plan.children() {
+        scan_balance(child.as_ref(), text);
+    }
+}
+
+/// Runs `query` and registers its result as a table of its own name.
+async fn materialise(
+    ctx: &SessionContext,
+    query: Query,
+    params: &[Param],
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<()> {
+    let (schema, batches) = execute(ctx, query, params, explain, plans).await?;
+    staging::register_batches(ctx, query.name, schema, batches).await
+}
+
