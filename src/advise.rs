@@ -22,6 +22,7 @@ use crate::snapshot::Snapshot;
 use crate::stats::LagQuantiles;
 use crate::storage::Location;
 use crate::time::{format_approx_hours, format_duration, Micros, MINUTE_MICROS, SECOND_MICROS};
+use crate::vocabulary::{LedgerAction, SkipVerdict};
 
 /// A validated request.
 #[derive(Debug, Clone)]
@@ -188,7 +189,7 @@ async fn lags(ctx: &SessionContext, cut: Micros, advice: &mut Advice) -> Result<
         let expected = queries::string_column(&b, "expected")?;
         for i in 0..b.num_rows() {
             samples.entry(event.value(i).to_string()).or_default().push(lag.value(i));
-            if action.value(i) != "SKIPPED" {
+            if action.value(i) != LedgerAction::Skipped.as_str() {
                 continue;
             }
             let (seen, wanted) = (observed.value(i), expected.value(i));
@@ -421,7 +422,7 @@ impl Advice {
         ));
         if let Some(verdicts) = &self.verdicts {
             let total: u64 = verdicts.values().sum();
-            let wrong = verdicts.get("WRONG").copied().unwrap_or(0);
+            let wrong = verdicts.get(SkipVerdict::Wrong.as_str()).copied().unwrap_or(0);
             let all: Vec<String> = verdicts.iter().map(|(k, v)| format!("{k} {v}")).collect();
             out.push_str(&format!(
                 "skip verdicts of the run: {} ; WRONG share {:.2}%\n",

@@ -175,17 +175,13 @@ vocabulary! {
 
 vocabulary! {
     /// Whether a run's inputs looked whole (`manifest.json` and `summary.json` `status`).
+    #[derive(Default)]
     RunStatus("run status") {
         /// Every self-check passed.
+        #[default]
         Complete => "COMPLETE",
         /// Some self-check failed: the run is published but never green (exit 3).
         Incomplete => "INCOMPLETE",
-    }
-}
-
-impl Default for RunStatus {
-    fn default() -> Self {
-        RunStatus::Complete
     }
 }
 

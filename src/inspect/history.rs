@@ -10,10 +10,7 @@ use crate::run_folder::summary::Summary;
 use crate::run_folder::{complete_runs, read_run_summary};
 use crate::storage::Location;
 use crate::text::{csv_row, text_table};
-
-/// The resolutions of docs/SEMANTICS.md, in the order the history shows them.
-pub const RESOLUTIONS: [&str; 6] =
-    ["RECEIPT", "VOIDED", "REVERSED", "NOW_DUE", "RECLASSIFIED", "EXPIRED"];
+use crate::vocabulary::Resolution;
 
 /// One complete run as the history shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -80,7 +77,7 @@ impl HistoryLine {
 /// The history as an aligned table.
 pub fn render_table(lines: &[HistoryLine]) -> String {
     let mut header = vec!["run_id", "since", "cut", "status", "new", "persisting", "resolved"];
-    header.extend(RESOLUTIONS.iter().map(|r| short(r)));
+    header.extend(Resolution::ALL.iter().map(|r| short(*r)));
     header.extend(["open", "oldest_open_break_on"]);
     let rows: Vec<Vec<String>> = lines.iter().map(cells).collect();
     // The counts are right-aligned: every column from `new` up to the last, a date.
@@ -91,7 +88,7 @@ pub fn render_table(lines: &[HistoryLine]) -> String {
 /// The history as CSV with a header.
 pub fn render_csv(lines: &[HistoryLine]) -> String {
     let mut header = vec!["run_id", "since", "cut", "status", "new", "persisting", "resolved"];
-    header.extend(RESOLUTIONS);
+    header.extend(Resolution::ALL.iter().map(|r| r.as_str()));
     header.extend(["open", "oldest_open_break_on"]);
     let mut out = csv_row(&header);
     for line in lines {
@@ -120,20 +117,20 @@ fn cells(line: &HistoryLine) -> Vec<String> {
         line.persisting.to_string(),
         line.resolved_total().to_string(),
     ];
-    cells.extend(RESOLUTIONS.iter().map(|r| line.resolved_as(r).to_string()));
+    cells.extend(Resolution::ALL.iter().map(|r| line.resolved_as(r.as_str()).to_string()));
     cells.push(line.open.to_string());
     cells.push(line.oldest_open_break_on.clone().unwrap_or_default());
     cells
 }
 
 /// Column headings short enough for a terminal.
-fn short(resolution: &str) -> &'static str {
+fn short(resolution: Resolution) -> &'static str {
     match resolution {
-        "RECEIPT" => "receipt",
-        "VOIDED" => "voided",
-        "REVERSED" => "reversed",
-        "NOW_DUE" => "now_due",
-        "RECLASSIFIED" => "reclass",
-        _ => "expired",
+        Resolution::Receipt => "receipt",
+        Resolution::Voided => "voided",
+        Resolution::Reversed => "reversed",
+        Resolution::NowDue => "now_due",
+        Resolution::Reclassified => "reclass",
+        Resolution::Expired => "expired",
     }
 }

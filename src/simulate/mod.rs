@@ -21,6 +21,7 @@ use crate::run_folder::run_folder;
 use crate::stats::LagQuantiles;
 use crate::storage::Location;
 use crate::text::{csv_row, text_table};
+use crate::vocabulary::{Class, Verdict};
 use crate::time::{format_approx, Micros, HOUR_MICROS, SECOND_MICROS};
 use crate::verify::{self, VerifyPlan};
 use crate::workload::truth::TRUTH_FILE;
@@ -143,9 +144,10 @@ pub struct NetReport {
 impl NetReport {
     /// BREAK findings of the missing-effect classes: lost effects the net hands back.
     pub fn missing_breaks(&self) -> u64 {
-        ["SKIPPED_BUT_DUE", "DONE_NO_RECEIPT", "REVIEW_STALLED", "NO_LEDGER_ENTRY"]
+        Class::ALL
             .iter()
-            .map(|c| self.findings.get(&format!("{c}/BREAK")).copied().unwrap_or(0))
+            .filter(|c| c.is_missing())
+            .map(|c| self.findings.get(&format!("{c}/{}", Verdict::Break)).copied().unwrap_or(0))
             .sum()
     }
 

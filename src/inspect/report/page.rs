@@ -302,7 +302,11 @@ fn over_runs_charts(data: &ReportData) -> Result<Vec<Chart>> {
         "backlog",
         "findings",
         &runs,
-        Some(Bars { label: "NEW", colour: RED, values: h.iter().map(|r| r.new).collect() }),
+        Some(Bars {
+            label: Lifecycle::New.as_str(),
+            colour: RED,
+            values: h.iter().map(|r| r.new).collect(),
+        }),
         &[Line {
             label: "open backlog",
             colour: BLUE,
