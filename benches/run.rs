@@ -8,8 +8,8 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use effect_recon::config::RuleSet;
-use effect_recon::recon::{reconcile, Bounds, Window};
 use effect_recon::engine::session::{self, SessionOptions};
+use effect_recon::recon::{reconcile, Bounds, Window};
 use effect_recon::snapshot::Snapshot;
 use effect_recon::storage::Location;
 use effect_recon::workload::{self, WorkloadPlan};
@@ -21,8 +21,8 @@ fn bench_reconcile(c: &mut Criterion) {
         Ok(path) => (path.clone(), path),
         Err(_) => {
             let path = generated.path().join("snapshot").display().to_string();
-            let mut plan =
-                WorkloadPlan::new(Location::parse(&path).expect("location"), 20_000).expect("gen plan");
+            let mut plan = WorkloadPlan::new(Location::parse(&path).expect("location"), 20_000)
+                .expect("gen plan");
             plan.seed = 7;
             runtime.block_on(workload::generate(&plan)).expect("gen");
             (path, "generated day, 20000 orders".to_string())
@@ -44,9 +44,15 @@ fn bench_reconcile(c: &mut Criterion) {
                 })
                 .expect("session");
                 snapshot.register(&ctx).await.expect("register");
-                reconcile(&ctx, &rules, &bounds, effect_recon::engine::session::ROWS_PER_PASS, false)
-                    .await
-                    .expect("reconcile")
+                reconcile(
+                    &ctx,
+                    &rules,
+                    &bounds,
+                    effect_recon::engine::session::ROWS_PER_PASS,
+                    false,
+                )
+                .await
+                .expect("reconcile")
             })
         })
     });

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::config::JobConfig;
+use crate::db::load::{load_snapshot, LoadOptions};
+use crate::engine::session::{Engine, SessionOptions};
 use crate::error::{Error, Result};
 use crate::events::{DemoStep, Event, Events};
-use crate::db::load::{load_snapshot, LoadOptions};
 use crate::inspect::history::{self, HistoryLine};
 use crate::nightly::{nightly, NightlyPlan, NightlyReport};
 use crate::run_folder::run_folder;
-use crate::engine::session::{Engine, SessionOptions};
 use crate::storage::Location;
 use crate::time::{format_compact, Micros};
 use crate::verify::{self, VerifyPlan, VerifyReport};

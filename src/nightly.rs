@@ -9,12 +9,12 @@
 use std::time::{Duration, Instant};
 
 use crate::config::{JobConfig, RuleSet};
+use crate::db::export::{self, ExportPlan, ExportReport};
+use crate::engine::session::{Engine, SessionOptions};
 use crate::error::{Error, Result};
 use crate::events::{Event, Events};
-use crate::db::export::{self, ExportPlan, ExportReport};
-use crate::recon::{self, RunPlan, RunReport};
 use crate::inspect::report::{self, ReportPlan, ReportWritten};
-use crate::engine::session::{Engine, SessionOptions};
+use crate::recon::{self, RunPlan, RunReport};
 use crate::snapshot::MANIFEST;
 use crate::storage::Location;
 use crate::time::{format_compact, format_instant, Micros};

@@ -1,7 +1,7 @@
 //! `effect-recon explain`: one order's story in time order.
 
-use effect_recon::storage::Location;
 use effect_recon::inspect::explain;
+use effect_recon::storage::Location;
 
 use super::Outcome;
 

@@ -10,6 +10,7 @@ mod export;
 mod history;
 mod load;
 mod nightly;
+mod notify;
 mod progress;
 mod publish;
 mod reopen;
@@ -17,7 +18,6 @@ mod report;
 mod run;
 mod simulate;
 mod sql;
-mod notify;
 mod verify;
 mod workload;
 
@@ -308,7 +308,8 @@ impl QueryEngineArgs {
     /// The engine and whether to check it against an in-process run; refuses
     /// --check-single-node without a cluster to check.
     pub(crate) fn choice(&self) -> anyhow::Result<(effect_recon::engine::session::Engine, bool)> {
-        if self.check_single_node && self.engine == effect_recon::engine::session::Engine::InProcess {
+        if self.check_single_node && self.engine == effect_recon::engine::session::Engine::InProcess
+        {
             anyhow::bail!(
                 "--check-single-node compares a cluster run with an in-process one: it needs --engine ballista://HOST:PORT"
             );

@@ -6,8 +6,8 @@ use effect_recon::config::JobConfig;
 use effect_recon::nightly::{nightly, NightlyPlan};
 use effect_recon::time::format_elapsed;
 
-use super::progress::{self, Detail};
 use super::notify::NotifyArgs;
+use super::progress::{self, Detail};
 use super::{default_cut, parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs};
 
 /// Export the job's sources into <root>/snapshot=<cut>/, then reconcile into <root>/run=<id>/.

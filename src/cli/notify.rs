@@ -7,11 +7,11 @@ use anyhow::Context;
 use effect_recon::inspect::alert::{self, Delivery};
 use effect_recon::inspect::history;
 use effect_recon::inspect::metrics;
-use effect_recon::vocabulary::RunStatus;
-use effect_recon::run_folder::summary::Summary;
 use effect_recon::recon::RunReport;
+use effect_recon::run_folder::summary::Summary;
 use effect_recon::storage::Location;
 use effect_recon::time::{parse_instant, Micros};
+use effect_recon::vocabulary::RunStatus;
 use url::Url;
 
 /// Metrics and alert of a run.

@@ -1,7 +1,7 @@
 //! `effect-recon publish`: a run's compensation tasks into the team's task table.
 
-use effect_recon::db::WriteTarget;
 use effect_recon::db::publish::{self, PublishPlan, DEFAULT_TABLE};
+use effect_recon::db::WriteTarget;
 use effect_recon::storage::Location;
 
 use super::Outcome;

@@ -4,11 +4,11 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use effect_recon::config::JobConfig;
-use effect_recon::db::WriteTarget;
 use effect_recon::db::reopen::{
     self, ItemStatus, LedgerColumns, ReopenMode, ReopenPlan, ReopenReport, DEFAULT_AUDIT_TABLE,
     DEFAULT_LEDGER_TABLE,
 };
+use effect_recon::db::WriteTarget;
 use effect_recon::snapshot::Table;
 use effect_recon::storage::Location;
 

@@ -7,8 +7,8 @@ use effect_recon::recon::lifecycle::PreviousChoice;
 use effect_recon::recon::{self, RunPlan};
 use effect_recon::storage::Location;
 
-use super::progress::{self, Detail};
 use super::notify::NotifyArgs;
+use super::progress::{self, Detail};
 use super::{
     parse_duration_arg, parse_fraction, parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs,
 };

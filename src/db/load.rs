@@ -19,8 +19,8 @@ use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::errors::ParquetError;
 use sqlx::Connection;
 
-use super::dialect;
 use super::conn::{self, Conn, Target};
+use super::dialect;
 use crate::config::job::Driver;
 use crate::error::{Error, Result};
 use crate::snapshot::{ColumnKind, Snapshot, Table};
@@ -99,11 +99,13 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
             let bytes =
                 snapshot.read_optional(&file.path).await?.ok_or_else(|| Error::SnapshotFile {
                     file: snapshot.display(&file.path),
-                    message: "listed in manifest.json but absent".into(), source: None
+                    message: "listed in manifest.json but absent".into(),
+                    source: None,
                 })?;
             let batches = read_parquet(bytes, table).map_err(|e| Error::SnapshotFile {
                 file: snapshot.display(&file.path),
-                message: e.to_string(), source: Some(Box::new(e))
+                message: e.to_string(),
+                source: Some(Box::new(e)),
             })?;
             match tables.iter_mut().find(|t| t.table == table && t.source == source) {
                 Some(existing) => existing.batches.extend(batches),

@@ -20,9 +20,9 @@ pub mod reopen;
 
 pub use error::{ExportError, WriteError};
 
-use conn::{Conn, Target};
 use crate::config::job::Driver;
 use crate::error::{Error, Result};
+use conn::{Conn, Target};
 
 /// How long a write-back tool waits for a database to answer the connect.
 pub const CONNECT_TIMEOUT_MICROS: i64 = 15_000_000;
@@ -81,9 +81,7 @@ impl WriteTarget {
 
     /// Connects (bounded by [`CONNECT_TIMEOUT_MICROS`]).
     pub(crate) async fn connect(&self, table: &str) -> Result<Conn> {
-        conn::connect(&self.target, CONNECT_TIMEOUT_MICROS)
-            .await
-            .map_err(|m| self.error(table, m))
+        conn::connect(&self.target, CONNECT_TIMEOUT_MICROS).await.map_err(|m| self.error(table, m))
     }
 
     /// An error about `table`, scrubbed of the password.

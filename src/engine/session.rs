@@ -8,8 +8,8 @@ use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-use crate::error::{Error, Result};
 use crate::engine::staging::Staging;
+use crate::error::{Error, Result};
 
 /// Engine settings a caller may choose.
 #[derive(Debug, Clone, PartialEq, Eq)]

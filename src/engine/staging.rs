@@ -77,7 +77,8 @@ impl Staging {
         let path = format!("{n:03}-{name}.arrow");
         let fail = |e: datafusion::arrow::error::ArrowError| Error::Output {
             location: self.folder.display(&path),
-            message: format!("staging table {name}: {e}"), source: Some(Box::new(e))
+            message: format!("staging table {name}: {e}"),
+            source: Some(Box::new(e)),
         };
         let mut writer = FileWriter::try_new(Vec::new(), &schema).map_err(fail)?;
         for batch in batches {

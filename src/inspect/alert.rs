@@ -12,8 +12,8 @@ use serde::Serialize;
 use url::Url;
 
 use crate::error::{Error, Result};
-use crate::vocabulary::{RunStatus, Verdict};
 use crate::run_folder::summary::Summary;
+use crate::vocabulary::{RunStatus, Verdict};
 
 /// How many classes the message names.
 const WORST_CLASSES: usize = 5;

@@ -12,10 +12,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::prelude::{col, lit, SessionContext};
 use serde_json::{json, Value};
 
+use crate::engine::session::{self, SessionOptions};
 use crate::error::{Error, Result};
 use crate::run_folder::reader::Typed;
 use crate::run_folder::OutputTable;
-use crate::engine::session::{self, SessionOptions};
 use crate::snapshot::Snapshot;
 use crate::storage::Location;
 use crate::time::{format_instant, Micros};

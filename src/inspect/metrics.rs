@@ -17,13 +17,12 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 use crate::error::{Error, Result};
-use crate::vocabulary::{Resolution, RunStatus, SkipVerdict};
 use crate::run_folder::summary::Summary;
 use crate::time::{parse_instant, Micros};
+use crate::vocabulary::{Resolution, RunStatus, SkipVerdict};
 
 /// Prefix of every metric name.
 pub const PREFIX: &str = "effect_recon";
-
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -118,7 +117,9 @@ fn findings(gauges: &mut Gauges, summary: &Summary) -> Result<()> {
     }
     gauges.labelled("findings", "Findings of the run by effect, class and verdict", samples);
     let mut samples = Vec::new();
-    for verdict in known_and_present(SkipVerdict::ALL.iter().map(|v| v.as_str()), summary.skip_verdicts.keys()) {
+    for verdict in
+        known_and_present(SkipVerdict::ALL.iter().map(|v| v.as_str()), summary.skip_verdicts.keys())
+    {
         let value = summary.skip_verdicts.get(&verdict).copied().unwrap_or(0);
         samples.push((vec![("verdict", verdict)], count(value)?));
     }
@@ -140,7 +141,9 @@ fn lifecycle(gauges: &mut Gauges, summary: &Summary, cut: Micros) -> Result<()> 
         gauges.single(name, help, count(value)?);
     }
     let mut samples = Vec::new();
-    for resolution in known_and_present(Resolution::ALL.iter().map(|r| r.as_str()), summary.resolved.keys()) {
+    for resolution in
+        known_and_present(Resolution::ALL.iter().map(|r| r.as_str()), summary.resolved.keys())
+    {
         let value = summary.resolved.get(&resolution).copied().unwrap_or(0);
         samples.push((vec![("resolution", resolution)], count(value)?));
     }

@@ -5,10 +5,10 @@ use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::{DataFrame, SessionContext};
 
 use crate::config::RuleSet;
-use crate::error::{Error, Result};
-use crate::run_folder::{reader, OutputTable};
-use crate::recon::rules_table;
 use crate::engine::session::{self, SessionOptions};
+use crate::error::{Error, Result};
+use crate::recon::rules_table;
+use crate::run_folder::{reader, OutputTable};
 use crate::snapshot::Snapshot;
 use crate::storage::Location;
 

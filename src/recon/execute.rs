@@ -201,4 +201,3 @@ async fn materialise(
     let (schema, batches) = execute(ctx, query, params, explain, plans).await?;
     staging::register_batches(ctx, query.name, schema, batches).await
 }
-

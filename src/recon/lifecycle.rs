@@ -12,12 +12,10 @@ use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 
-use crate::run_folder::OutputTable;
-use crate::run_folder::summary::Summary;
 use crate::error::{Error, Result};
-use crate::run_folder::{
-    complete_runs, read_run_manifest, read_run_summary, RunManifest, SUMMARY,
-};
+use crate::run_folder::summary::Summary;
+use crate::run_folder::OutputTable;
+use crate::run_folder::{complete_runs, read_run_manifest, read_run_summary, RunManifest, SUMMARY};
 use crate::snapshot::SnapshotStats;
 use crate::storage::Location;
 use crate::time::{format_instant, parse_instant, Micros};
@@ -146,7 +144,8 @@ impl PreviousRun {
             let frame = frame.select_columns(&columns).map_err(context)?;
             let batches = frame.collect().await.map_err(context)?;
             let batch = table.conform(&batches)?;
-            crate::engine::staging::register_batches(ctx, name, batch.schema(), vec![batch]).await?;
+            crate::engine::staging::register_batches(ctx, name, batch.schema(), vec![batch])
+                .await?;
         }
         Ok(())
     }

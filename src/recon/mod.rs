@@ -4,8 +4,8 @@
 //! The semantics live in the SQL of `sql/`; this module binds the cut and window,
 //! executes the queries in order and hands the results to [`crate::run_folder::writer`].
 
-pub mod lifecycle;
 mod execute;
+pub mod lifecycle;
 mod prepare;
 pub(crate) mod rule_check;
 pub mod rules_table;

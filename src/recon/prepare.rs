@@ -185,4 +185,3 @@ impl Prepared {
         self.publisher.publish(&identity, &tables, summary).await
     }
 }
-

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use datafusion::prelude::SessionContext;
 
 use crate::config::RuleSet;
-use crate::error::Result;
 use crate::engine::queries::{self, Param};
+use crate::error::Result;
 
 /// What the check found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -23,7 +23,11 @@ pub(crate) struct RuleCheck {
 }
 
 /// Checks every rule of `rules` against the values of the snapshot tables in `ctx`.
-pub(crate) async fn check(ctx: &SessionContext, rules: &RuleSet, params: &[Param]) -> Result<RuleCheck> {
+pub(crate) async fn check(
+    ctx: &SessionContext,
+    rules: &RuleSet,
+    params: &[Param],
+) -> Result<RuleCheck> {
     let mut vocabulary: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for batch in queries::collect(ctx, queries::VOCABULARY, params).await? {
         let kinds = queries::string_column(&batch, "kind")?;

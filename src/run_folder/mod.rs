@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::snapshot::MANIFEST;
 use crate::snapshot::{FileEntry, TableFiles};
 use crate::vocabulary::RunStatus;
-pub use reader::{complete_runs, existing_run, read_run_manifest, read_run_summary, CompleteRun, RunOutputs};
+pub use reader::{
+    complete_runs, existing_run, read_run_manifest, read_run_summary, CompleteRun, RunOutputs,
+};
 pub use summary::Summary;
 pub use tables::OutputTable;
 pub(crate) use writer::RunPublisher;
@@ -89,4 +91,3 @@ pub struct RunIdentity {
 pub fn run_folder(run_id: &str) -> String {
     format!("run={run_id}")
 }
-

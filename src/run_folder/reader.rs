@@ -12,23 +12,23 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, TimeUnit};
 use datafusion::arrow::error::ArrowError;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use datafusion::prelude::SessionContext;
-use datafusion::arrow::datatypes::{DataType, Int32Type, Int64Type, TimeUnit};
 
+use super::{OutputTable, RunManifest, Summary, MANIFEST, RUN_FORMAT, SUMMARY};
 use crate::error::{Error, Result};
+use crate::storage::parquet_parts::read_parquet;
+use crate::storage::Location;
+use crate::time::{parse_instant, Micros};
 use crate::vocabulary::{
     Class, LedgerAction, Lifecycle, Resolution, RunStatus, SkipLifecycle, SkipVerdict, TaskAction,
     UnknownName, Verdict,
 };
-use super::{OutputTable, RunManifest, Summary, MANIFEST, RUN_FORMAT, SUMMARY};
-use crate::storage::parquet_parts::read_parquet;
-use crate::storage::Location;
-use crate::time::{parse_instant, Micros};
 
 /// The manifest of the run in `folder`, or `None` when the folder holds no complete run.
 pub async fn existing_run(folder: &Location) -> Result<Option<RunManifest>> {
@@ -42,16 +42,19 @@ pub async fn existing_run(folder: &Location) -> Result<Option<RunManifest>> {
 pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
     let bytes = folder.read_optional(MANIFEST).await?.ok_or_else(|| Error::Run {
         location: folder.display(""),
-        message: "no manifest.json: not a run folder, or a run that did not finish".into(), source: None
+        message: "no manifest.json: not a run folder, or a run that did not finish".into(),
+        source: None,
     })?;
     let manifest: RunManifest = serde_json::from_slice(&bytes).map_err(|e| Error::Run {
         location: folder.display(MANIFEST),
-        message: format!("not a run manifest: {e}"), source: Some(Box::new(e))
+        message: format!("not a run manifest: {e}"),
+        source: Some(Box::new(e)),
     })?;
     if manifest.format != RUN_FORMAT {
         return Err(Error::Run {
             location: folder.display(MANIFEST),
-            message: format!("format '{}', expected '{RUN_FORMAT}'", manifest.format), source: None
+            message: format!("format '{}', expected '{RUN_FORMAT}'", manifest.format),
+            source: None,
         });
     }
     let listed = manifest.tables.values().flat_map(|t| &t.files).chain([&manifest.summary]);
@@ -82,7 +85,8 @@ fn inside_folder(path: &str) -> bool {
 
 /// Reads a run's `summary.json` (every complete run has one).
 pub async fn read_run_summary(folder: &Location) -> Result<Summary> {
-    let fail = |message: String| Error::Run { location: folder.display(SUMMARY), message, source: None };
+    let fail =
+        |message: String| Error::Run { location: folder.display(SUMMARY), message, source: None };
     let bytes = folder
         .read_optional(SUMMARY)
         .await?
@@ -118,7 +122,8 @@ pub async fn complete_runs(out: &Location) -> Result<Vec<CompleteRun>> {
         let Ok(manifest) = read_run_manifest(&folder).await else { continue };
         let cut = parse_instant(&manifest.cut).map_err(|e| Error::Run {
             location: folder.display(MANIFEST),
-            message: format!("cut: {e}"), source: None
+            message: format!("cut: {e}"),
+            source: None,
         })?;
         runs.push(CompleteRun { folder, manifest, cut });
     }
@@ -134,7 +139,8 @@ pub(crate) async fn run_manifest_of_folder(folder: &Location) -> Result<RunManif
         Err(e) => match folder.not_a_folder().await {
             Some(problem) => Err(Error::Run {
                 location: folder.display(""),
-                message: format!("run folder {problem}"), source: None
+                message: format!("run folder {problem}"),
+                source: None,
             }),
             None => Err(e),
         },
@@ -287,7 +293,8 @@ impl RunOutputs {
         let manifest = read_run_manifest(folder).await?;
         let cut = parse_instant(&manifest.cut).map_err(|m| Error::Run {
             location: folder.display("manifest.json"),
-            message: format!("cut: {m}"), source: None
+            message: format!("cut: {m}"),
+            source: None,
         })?;
         let tasks = read_table(folder, &manifest, OutputTable::CompensationTasks, true).await?;
         let findings = read_table(folder, &manifest, OutputTable::Discrepancies, true).await?;
@@ -399,8 +406,11 @@ pub(crate) async fn read_table(
             .read_optional(&entry.path)
             .await?
             .ok_or_else(|| fail("listed in manifest.json but absent".into()))?;
-        let (read, _) = read_parquet(bytes)
-            .map_err(|e| Error::Run { location: folder.display(&entry.path), message: format!("unreadable Parquet: {e}"), source: Some(Box::new(e)) })?;
+        let (read, _) = read_parquet(bytes).map_err(|e| Error::Run {
+            location: folder.display(&entry.path),
+            message: format!("unreadable Parquet: {e}"),
+            source: Some(Box::new(e)),
+        })?;
         let rows: usize = read.iter().map(RecordBatch::num_rows).sum();
         if rows as u64 != entry.rows {
             return Err(fail(format!("{rows} rows, manifest.json says {}", entry.rows)));
@@ -409,7 +419,6 @@ pub(crate) async fn read_table(
     }
     Ok(Some(batches))
 }
-
 
 /// Each row of `batches` as `row` reads it.
 pub(crate) fn rows<T>(

@@ -6,8 +6,8 @@ use datafusion::arrow::array::{Array, BooleanArray, StringArray, TimestampMicros
 use datafusion::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
-use crate::vocabulary::{Lifecycle, RunStatus, SkipVerdict, UnknownName, Verdict};
 use crate::error::{Error, Result};
+use crate::vocabulary::{Lifecycle, RunStatus, SkipVerdict, UnknownName, Verdict};
 
 /// Format tag of `summary.json`.
 pub const SUMMARY_FORMAT: &str = "effect-recon/summary@1";

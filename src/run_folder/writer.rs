@@ -9,7 +9,9 @@ use datafusion::arrow::record_batch::RecordBatch;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{run_folder, RunIdentity, RunManifest, OutputTable, Summary, MANIFEST, RUN_FORMAT, SUMMARY};
+use super::{
+    run_folder, OutputTable, RunIdentity, RunManifest, Summary, MANIFEST, RUN_FORMAT, SUMMARY,
+};
 use crate::error::{Error, Result};
 use crate::snapshot::{FileEntry, TableFiles};
 use crate::storage::claim::{self, Claim};
@@ -113,7 +115,8 @@ impl RunPublisher {
         if !self.folder.create(MANIFEST, Bytes::from(json)).await? {
             return Err(Error::Output {
                 location: self.folder.display(MANIFEST),
-                message: "another run with this id finished first; nothing was overwritten".into(), source: None
+                message: "another run with this id finished first; nothing was overwritten".into(),
+                source: None,
             });
         }
         Ok(manifest)
@@ -130,9 +133,11 @@ fn already_exists(folder: &Location) -> Error {
 }
 
 fn to_json<T: Serialize>(value: &T, location: &str) -> Result<Vec<u8>> {
-    let mut json = serde_json::to_vec_pretty(value)
-        .map_err(|e| Error::Output { location: location.into(), message: e.to_string(), source: Some(Box::new(e)) })?;
+    let mut json = serde_json::to_vec_pretty(value).map_err(|e| Error::Output {
+        location: location.into(),
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    })?;
     json.push(b'\n');
     Ok(json)
 }
-

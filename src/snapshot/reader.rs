@@ -21,9 +21,9 @@ use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::parquet::errors::ParquetError;
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use datafusion::parquet::errors::ParquetError;
 use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
@@ -93,7 +93,8 @@ impl Snapshot {
             for file in files {
                 check_path(table, &file.path).map_err(|m| Error::SnapshotFile {
                     file: location.display(&file.path),
-                    message: m, source: None
+                    message: m,
+                    source: None,
                 })?;
             }
         }
@@ -191,7 +192,8 @@ impl Snapshot {
         file: &FileEntry,
     ) -> Result<(SchemaRef, FileRowGroups)> {
         let shown = self.location.display(&file.path);
-        let fail = |message: String| Error::SnapshotFile { file: shown.clone(), message, source: None };
+        let fail =
+            |message: String| Error::SnapshotFile { file: shown.clone(), message, source: None };
         let path = self.location.path(&file.path);
         let meta = match self.location.store().head(&path).await {
             Ok(meta) => meta,
@@ -221,7 +223,8 @@ impl Snapshot {
             let column_error = |message: String| Error::Column {
                 file: shown.clone(),
                 column: spec.name.to_string(),
-                message, source: None
+                message,
+                source: None,
             };
             let field = schema
                 .field_with_name(spec.name)
@@ -302,7 +305,8 @@ pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
         let field = schema.field_with_name(spec.name).map_err(|_| Error::Column {
             file: table.name().into(),
             column: spec.name.into(),
-            message: "missing".into(), source: None
+            message: "missing".into(),
+            source: None,
         })?;
         if !spec.kind.accepts(field.data_type()) {
             return Err(Error::Column {
@@ -312,7 +316,8 @@ pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
                     "has type {}, expected {}",
                     field.data_type(),
                     spec.kind.describe()
-                ), source: None
+                ),
+                source: None,
             });
         }
     }
@@ -429,7 +434,8 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     let repeated = if crate::engine::staging::is_distributed(ctx) {
         // On a cluster the executors group the hashes: only repeats travel to this process.
         let batches =
-            crate::engine::queries::collect(ctx, crate::engine::queries::REPEATED_KEY_HASHES, &[]).await?;
+            crate::engine::queries::collect(ctx, crate::engine::queries::REPEATED_KEY_HASHES, &[])
+                .await?;
         batches
             .iter()
             .flat_map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec())
@@ -443,9 +449,16 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
     let repeated =
         RecordBatch::try_from_iter([("h", Arc::new(UInt64Array::from(repeated)) as ArrayRef)])
             .map_err(|e| context(e.into()))?;
-    crate::engine::staging::register_batches(ctx, "repeated_key_hashes", repeated.schema(), vec![repeated])
-        .await?;
-    let batches = crate::engine::queries::collect(ctx, crate::engine::queries::DUPLICATE_MSG_IDS, &[]).await?;
+    crate::engine::staging::register_batches(
+        ctx,
+        "repeated_key_hashes",
+        repeated.schema(),
+        vec![repeated],
+    )
+    .await?;
+    let batches =
+        crate::engine::queries::collect(ctx, crate::engine::queries::DUPLICATE_MSG_IDS, &[])
+            .await?;
     ctx.deregister_table("repeated_key_hashes").map_err(context)?;
     let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
     let ids = crate::engine::queries::string_column(batch, "msg_id")?;
@@ -457,7 +470,8 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
             "duplicate msg_id '{}' ({} rows); msg_id must be unique",
             ids.value(0),
             counts.value(0)
-        ), source: None
+        ),
+        source: None,
     })
 }
 
@@ -465,11 +479,12 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
 /// and sorted shard by shard: the hashes that occur more than once, each once.
 async fn repeated_key_hashes(ctx: &SessionContext, ledger_rows: u64) -> Result<Vec<u64>> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
-    let streams = crate::engine::queries::frame(ctx, crate::engine::queries::LEDGER_KEY_HASHES, &[])
-        .await?
-        .execute_stream_partitioned()
-        .await
-        .map_err(context)?;
+    let streams =
+        crate::engine::queries::frame(ctx, crate::engine::queries::LEDGER_KEY_HASHES, &[])
+            .await?
+            .execute_stream_partitioned()
+            .await
+            .map_err(context)?;
     let shards = ctx.state().config().target_partitions().max(1);
     let expected_per_shard = ledger_rows as usize / shards / streams.len().max(1);
     let routing: Vec<_> = streams

@@ -11,11 +11,11 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_FORMAT};
-use crate::storage::claim::{self, Claim};
 use crate::error::{Error, Result};
-use crate::testing::{crash_point, Stage};
+use crate::storage::claim::{self, Claim};
 use crate::storage::parquet_parts::{PartWriter, RowsOf};
 use crate::storage::Location;
+use crate::testing::{crash_point, Stage};
 use crate::time::{format_instant, Micros};
 
 /// A snapshot being written. Nothing is visible to readers until [`SnapshotWriter::finish`].
@@ -114,7 +114,8 @@ impl SnapshotWriter {
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
             location: self.location.display(MANIFEST),
-            message: e.to_string(), source: Some(Box::new(e))
+            message: e.to_string(),
+            source: Some(Box::new(e)),
         })?;
         crash_point(Stage::SnapshotBeforeManifest);
         if !self.location.create(MANIFEST, Bytes::from(json)).await? {
@@ -161,7 +162,8 @@ impl TableWriter {
         if batch.schema().fields() != self.parts.schema().fields() {
             return Err(Error::Output {
                 location: self.table.name().to_string(),
-                message: format!("batch schema {:?} is not the contract schema", batch.schema()), source: None
+                message: format!("batch schema {:?} is not the contract schema", batch.schema()),
+                source: None,
             });
         }
         self.parts.write(batch).await

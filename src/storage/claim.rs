@@ -95,7 +95,8 @@ impl Claim {
         }
         Err(Error::Output {
             location: folder.display(""),
-            message: "could not claim the folder: other writers keep claiming it".into(), source: None
+            message: "could not claim the folder: other writers keep claiming it".into(),
+            source: None,
         })
     }
 
@@ -164,7 +165,8 @@ fn busy(folder: &Location, name: &str, holder: &Holder) -> Error {
             holder.pid,
             holder.host,
             folder.display(name)
-        ), source: None
+        ),
+        source: None,
     }
 }
 
@@ -266,7 +268,11 @@ fn remove_staging_files(dir: &std::path::Path, claim_number: u64) {
 /// Deletes the leftovers of a writer that did not finish, once the folder is claimed:
 /// `manifest.json` first (so no reader sees a manifest over missing files), then every
 /// object under `subfolders` (all of `folder` when empty) except claim objects.
-pub(crate) async fn clear_leftovers(folder: &Location, subfolders: &[&str], claim: &Claim) -> Result<()> {
+pub(crate) async fn clear_leftovers(
+    folder: &Location,
+    subfolders: &[&str],
+    claim: &Claim,
+) -> Result<()> {
     let manifest = folder.path(crate::snapshot::MANIFEST);
     match folder.store().delete(&manifest).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

@@ -341,7 +341,8 @@ fn new_writer(
     )
     .map_err(|e| Error::Output {
         location: what.to_string(),
-        message: format!("creating Parquet writer: {e}"), source: Some(Box::new(e))
+        message: format!("creating Parquet writer: {e}"),
+        source: Some(Box::new(e)),
     })
 }
 

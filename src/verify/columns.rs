@@ -56,14 +56,24 @@ impl Columns<'_> {
 }
 
 fn strings(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<String>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message, source: None };
+    let fail = |message: String| Error::Column {
+        file: file.into(),
+        column: name.into(),
+        message,
+        source: None,
+    };
     let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
     let column = cast(column, &DataType::Utf8).map_err(|e| fail(format!("not text: {e}")))?;
     Ok(column.as_string::<i32>().iter().map(|v| v.map(str::to_string)).collect())
 }
 
 pub(super) fn ints(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<i64>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message, source: None };
+    let fail = |message: String| Error::Column {
+        file: file.into(),
+        column: name.into(),
+        message,
+        source: None,
+    };
     let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
     let column = column
         .as_primitive_opt::<Int64Type>()
@@ -75,7 +85,12 @@ pub(super) fn ints(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<i6
 }
 
 fn ints32(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i32>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message, source: None };
+    let fail = |message: String| Error::Column {
+        file: file.into(),
+        column: name.into(),
+        message,
+        source: None,
+    };
     let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
     let column = column
         .as_primitive_opt::<Int32Type>()
@@ -84,7 +99,12 @@ fn ints32(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i32>
 }
 
 fn timestamps(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<i64>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message, source: None };
+    let fail = |message: String| Error::Column {
+        file: file.into(),
+        column: name.into(),
+        message,
+        source: None,
+    };
     let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
     if !matches!(column.data_type(), DataType::Timestamp(_, _)) {
         return Err(fail(format!("has type {}, expected a timestamp", column.data_type())));
@@ -95,7 +115,12 @@ fn timestamps(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<
 }
 
 fn bools(batch: &RecordBatch, name: &str, file: &str) -> Result<Vec<Option<bool>>> {
-    let fail = |message: String| Error::Column { file: file.into(), column: name.into(), message, source: None };
+    let fail = |message: String| Error::Column {
+        file: file.into(),
+        column: name.into(),
+        message,
+        source: None,
+    };
     let column = batch.column_by_name(name).ok_or_else(|| fail("missing".into()))?;
     let column = column
         .as_boolean_opt()

@@ -20,10 +20,10 @@ mod nights;
 pub use nights::{verify_nights, NightVerified, NightsVerifyReport};
 
 use crate::error::{Error, Result};
-use crate::vocabulary::RunStatus;
 use crate::run_folder::{read_run_manifest, reader, OutputTable, RunManifest};
 use crate::storage::parquet_parts::read_parquet;
 use crate::storage::Location;
+use crate::vocabulary::RunStatus;
 use crate::workload::night_truth::{META_ORIGIN, META_PREVIOUS_RUN, RESOLVED};
 use crate::workload::truth::{FINDING, META_CUT, META_RULES_HASH, META_SINCE, SKIP_VERDICT};
 use columns::{ints, Columns};
@@ -239,7 +239,8 @@ pub async fn verify(plan: &VerifyPlan) -> Result<VerifyReport> {
         plan.truth_folder.read_optional(&plan.truth_file).await?.ok_or_else(|| {
             Error::SnapshotFile {
                 file: plan.truth_folder.display(&plan.truth_file),
-                message: "no such truth file (gen writes <snapshot>/truth.parquet)".into(), source: None
+                message: "no such truth file (gen writes <snapshot>/truth.parquet)".into(),
+                source: None,
             }
         })?;
     let truth_name = plan.truth_folder.display(&plan.truth_file);
@@ -344,7 +345,8 @@ fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Si
                 column[row].clone().ok_or_else(|| Error::Column {
                     file: file.into(),
                     column: name.into(),
-                    message: format!("row {row} is NULL"), source: None
+                    message: format!("row {row} is NULL"),
+                    source: None,
                 })
             };
             match kind[row].as_deref() {
@@ -372,7 +374,8 @@ fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Si
                     return Err(Error::Column {
                         file: file.into(),
                         column: "kind".into(),
-                        message: format!("row {row} has kind {other:?}"), source: None
+                        message: format!("row {row} has kind {other:?}"),
+                        source: None,
                     })
                 }
             }

@@ -20,7 +20,8 @@ fn timestamps() -> TimestampMicrosecondBuilder {
 fn batch(table: Table, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
     RecordBatch::try_new(table.schema(), columns).map_err(|e| Error::Output {
         location: table.name().into(),
-        message: format!("building a batch: {e}"), source: Some(Box::new(e))
+        message: format!("building a batch: {e}"),
+        source: Some(Box::new(e)),
     })
 }
 

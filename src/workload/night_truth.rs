@@ -213,7 +213,10 @@ impl NightTruthColumns {
             Arc::new(self.resolution.finish()),
             Arc::new(self.receipt_id.finish()),
         ];
-        RecordBatch::try_new(Arc::clone(schema), columns)
-            .map_err(|e| Error::Output { location: TRUTH_FILE.into(), message: e.to_string(), source: Some(Box::new(e)) })
+        RecordBatch::try_new(Arc::clone(schema), columns).map_err(|e| Error::Output {
+            location: TRUTH_FILE.into(),
+            message: e.to_string(),
+            source: Some(Box::new(e)),
+        })
     }
 }

@@ -12,8 +12,8 @@ use super::columns::{HistoryColumns, LedgerColumns, ReceiptColumns};
 use super::truth::TRUTH_FILE;
 use super::world::{OrderRows, Provider};
 use crate::error::{Error, Result};
-use crate::storage::parquet_parts::writer_properties;
 use crate::snapshot::{SnapshotManifest, SnapshotWriter, Table, TableWriter};
+use crate::storage::parquet_parts::writer_properties;
 use crate::storage::Location;
 
 /// The three snapshot tables of one generated snapshot, block by block.
@@ -79,7 +79,8 @@ impl TruthSink {
             ArrowWriter::try_new(Vec::new(), SchemaRef::clone(&schema), Some(writer_properties()))
                 .map_err(|e| Error::Output {
                     location: folder.display(TRUTH_FILE),
-                    message: e.to_string(), source: Some(Box::new(e))
+                    message: e.to_string(),
+                    source: Some(Box::new(e)),
                 })?;
         Ok(TruthSink { writer, schema })
     }

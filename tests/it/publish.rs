@@ -21,10 +21,10 @@ use effect_recon::db::load::{self, LoadOptions};
 use effect_recon::db::publish::{self, PublishPlan, PublishReport};
 use effect_recon::db::reopen::{self, ItemStatus, ReopenMode, ReopenPlan, ReopenReport};
 use effect_recon::db::WriteTarget;
-use effect_recon::vocabulary::{Class, Lifecycle, Resolution, Verdict};
 use effect_recon::run_folder::RunManifest;
 use effect_recon::snapshot::{FileEntry, TableFiles};
 use effect_recon::storage::Location;
+use effect_recon::vocabulary::{Class, Lifecycle, Resolution, Verdict};
 use sqlx::Connection;
 
 use crate::common;
@@ -914,7 +914,10 @@ async fn end_to_end(url: &str) {
         .collect();
     assert!(still.is_empty(), "compensated findings are gone the next night: {still:?}");
     let breaks = |r: &effect_recon::run_folder::reader::RunOutputs| {
-        r.findings.iter().filter(|f| f.verdict == Verdict::Break && f.class == Class::DoneNoReceipt).count()
+        r.findings
+            .iter()
+            .filter(|f| f.verdict == Verdict::Break && f.class == Class::DoneNoReceipt)
+            .count()
     };
     assert!(breaks(&run1) > 0);
     assert_eq!(breaks(&run1), breaks(&run2), "uncompensated findings are still found");

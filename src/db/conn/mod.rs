@@ -29,9 +29,9 @@ mod pg_copy;
 mod scrub;
 mod zone;
 
+use batch::{BatchBuilder, ValueError};
 pub(super) use connect::connect;
 pub(super) use decode::{ColumnRead, Decoder, ResultColumn};
-use batch::{BatchBuilder, ValueError};
 use family::Family;
 pub(super) use scrub::scrub;
 pub(super) use zone::{naive, sqlite_text, utc};

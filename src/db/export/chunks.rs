@@ -22,15 +22,15 @@ use datafusion::arrow::record_batch::RecordBatch;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 
-use crate::db::dialect::{self, Chunking};
-use crate::db::error::ExportError;
 use super::progress::SourceProgress;
-use crate::db::conn::{Binds, ChunkRead, ColumnRead, Conn, Piece, ReadError};
 use super::{match_columns, sort, split};
 use crate::config::job::{Driver, ExportSettings, SourceConfig};
+use crate::db::conn::{Binds, ChunkRead, ColumnRead, Conn, Piece, ReadError};
+use crate::db::dialect::{self, Chunking};
+use crate::db::error::ExportError;
 use crate::events::Events;
-use crate::storage::parquet_parts::RowsOf;
 use crate::snapshot::{FileEntry, Table, TableWriter};
+use crate::storage::parquet_parts::RowsOf;
 
 /// Batches buffered per chunk between a reader and the table's writer.
 const CHANNEL_BATCHES: usize = 8;

@@ -31,6 +31,9 @@ mod sort;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use super::conn::{self as source, Binds, ColumnRead, Conn, Decoder, ResultColumn, Target};
+use super::dialect;
+pub use super::error::{ExportError, WriteError};
 use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::events::Events;
@@ -38,9 +41,6 @@ use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table};
 use crate::storage::Location;
 use crate::time::Micros;
 use chunks::{SourceJob, SourceOutcome};
-use super::conn::{self as source, Binds, ColumnRead, Conn, Decoder, ResultColumn, Target};
-use super::dialect;
-pub use super::error::{ExportError, WriteError};
 
 /// A validated export request.
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@ use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 use datafusion::prelude::{SessionConfig, SessionContext};
 
-use crate::error::{Error, Result};
 use crate::engine::session::BALLISTA_SCHEME;
+use crate::error::{Error, Result};
 
 /// How long the first query may take to answer before the cluster counts as down: a
 /// scheduler without executors queues it.
@@ -67,6 +67,7 @@ pub async fn probe(scheduler: &str, ctx: &SessionContext) -> Result<()> {
 fn cluster_error(scheduler: &str, e: datafusion::error::DataFusionError) -> Error {
     Error::Cluster {
         scheduler: format!("{BALLISTA_SCHEME}{scheduler}"),
-        message: format!("does not answer: {e}"), source: Some(Box::new(e))
+        message: format!("does not answer: {e}"),
+        source: Some(Box::new(e)),
     }
 }

@@ -78,7 +78,8 @@ pub async fn run_scheduler(options: &SchedulerOptions) -> Result<()> {
         ..SchedulerConfig::default()
     };
     let address = format!("{}:{}", options.bind, options.port);
-    let fail = |message: String| Error::Cluster { scheduler: address.clone(), message, source: None };
+    let fail =
+        |message: String| Error::Cluster { scheduler: address.clone(), message, source: None };
     let socket = address.parse().map_err(|e| fail(format!("not an address to bind: {e}")))?;
     let cluster = BallistaCluster::new_from_config(&config)
         .await
@@ -112,9 +113,11 @@ pub async fn run_executor(options: &ExecutorOptions) -> Result<()> {
         ..ExecutorProcessConfig::default()
     };
     let scheduler = format!("{}:{}", options.scheduler_host, options.scheduler_port);
-    start_executor_process(Arc::new(config))
-        .await
-        .map_err(|e| Error::Cluster { scheduler, message: format!("executor stopped: {e}"), source: Some(Box::new(e)) })
+    start_executor_process(Arc::new(config)).await.map_err(|e| Error::Cluster {
+        scheduler,
+        message: format!("executor stopped: {e}"),
+        source: Some(Box::new(e)),
+    })
 }
 
 /// The scheduler's sessions: Ballista's defaults, plus `key_hash` and our object stores.

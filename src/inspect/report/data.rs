@@ -5,15 +5,15 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
-use crate::run_folder::{complete_runs, read_run_summary, CompleteRun, RunManifest};
-use crate::run_folder::summary::Summary;
 use crate::run_folder::reader::{
     finding_row, read_table, rows, run_error, skip_row, task_row, RowError, TaskRow, Typed,
 };
-use crate::vocabulary::{RunStatus, Verdict};
+use crate::run_folder::summary::Summary;
 use crate::run_folder::OutputTable;
+use crate::run_folder::{complete_runs, read_run_summary, CompleteRun, RunManifest};
 use crate::storage::Location;
 use crate::time::Micros;
+use crate::vocabulary::{RunStatus, Verdict};
 
 /// How many runs the charts over time cover (the chosen run and those before it).
 pub const HISTORY_RUNS: usize = 30;

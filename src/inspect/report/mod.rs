@@ -20,8 +20,8 @@ use bytes::Bytes;
 pub use data::{ReportData, HISTORY_RUNS};
 
 use crate::error::{Error, Result};
-use crate::vocabulary::RunStatus;
 use crate::storage::Location;
+use crate::vocabulary::RunStatus;
 
 /// The report's file name inside a run folder.
 pub const REPORT_FILE: &str = "report.html";

@@ -10,8 +10,8 @@ use chrono::DateTime;
 use super::charts::{self, Bars, Line, AMBER, BLUE, RED};
 use super::data::{Finding, ReportData};
 use crate::error::{Error, Result};
-use crate::vocabulary::{Lifecycle, Resolution, RunStatus, SkipVerdict, Verdict};
 use crate::time::{format_instant, Micros, DAY_MICROS};
+use crate::vocabulary::{Lifecycle, Resolution, RunStatus, SkipVerdict, Verdict};
 
 /// Tasks listed with their `explain` line.
 const TOP_TASKS: usize = 20;
@@ -372,8 +372,16 @@ fn by_verdict<K: Ord + Clone>(
 
 fn verdict_stacks(values: Vec<(u64, u64)>) -> Vec<Bars<'static>> {
     vec![
-        Bars { label: Verdict::Break.as_str(), colour: RED, values: values.iter().map(|v| v.0).collect() },
-        Bars { label: Verdict::Pending.as_str(), colour: AMBER, values: values.iter().map(|v| v.1).collect() },
+        Bars {
+            label: Verdict::Break.as_str(),
+            colour: RED,
+            values: values.iter().map(|v| v.0).collect(),
+        },
+        Bars {
+            label: Verdict::Pending.as_str(),
+            colour: AMBER,
+            values: values.iter().map(|v| v.1).collect(),
+        },
     ]
 }
 
@@ -459,8 +467,16 @@ fn open_age(data: &ReportData) -> Result<Chart> {
     }
     let labels: Vec<String> = AGE_BUCKETS.iter().map(|b| b.2.to_string()).collect();
     let stacks = vec![
-        Bars { label: Lifecycle::New.as_str(), colour: RED, values: values.iter().map(|v| v.0).collect() },
-        Bars { label: Lifecycle::Persisting.as_str(), colour: BLUE, values: values.iter().map(|v| v.1).collect() },
+        Bars {
+            label: Lifecycle::New.as_str(),
+            colour: RED,
+            values: values.iter().map(|v| v.0).collect(),
+        },
+        Bars {
+            label: Lifecycle::Persisting.as_str(),
+            colour: BLUE,
+            values: values.iter().map(|v| v.1).collect(),
+        },
     ];
     let svg =
         charts::stacked_bars("open_age", "time since first BREAK, at the cut", &labels, &stacks)?;
@@ -519,15 +535,13 @@ fn shell_word(text: &str) -> String {
     }
 }
 
-
 /// The skip verdicts listed one by one: those that may have lost an effect.
 fn listed(verdict: SkipVerdict) -> bool {
     matches!(verdict, SkipVerdict::Wrong | SkipVerdict::Pending)
 }
 
 fn listed_skips(data: &ReportData) -> Vec<SkipLine> {
-    let mut skips: Vec<_> =
-        data.skips.iter().filter(|s| listed(s.verdict)).collect();
+    let mut skips: Vec<_> = data.skips.iter().filter(|s| listed(s.verdict)).collect();
     // SkipVerdict's order is the report's: WRONG first, then PENDING.
     skips.sort_by_key(|s| (s.verdict, s.order_id, s.decided_at, s.msg_id.clone()));
     skips
@@ -545,8 +559,7 @@ fn listed_skips(data: &ReportData) -> Vec<SkipLine> {
 }
 
 fn unlisted_skips(data: &ReportData) -> usize {
-    let listable =
-        data.skips.iter().filter(|s| listed(s.verdict)).count();
+    let listable = data.skips.iter().filter(|s| listed(s.verdict)).count();
     listable.saturating_sub(LISTED_SKIPS)
 }
 
