@@ -1,5 +1,6 @@
-//! Every SQL text of the crate, embedded at build time from `sql/`, and the helpers that
-//! run them with bound parameters. Nothing else in the crate holds SQL.
+//! Every DataFusion SQL text of the crate, embedded at build time from `sql/`, and the
+//! helpers that run them with bound parameters. Nothing else holds DataFusion SQL (the
+//! statements sent to the team's databases are in `db/dialect.rs`).
 //!
 //! Each file is one query; its file name is the view (or output) name. The recon views
 //! are registered in [`PIPELINE`] order, each seeing the ones before it, with the

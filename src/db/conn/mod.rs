@@ -1,6 +1,6 @@
-//! One database connection of the exporter, whatever its family: connecting (password from
-//! the environment, session time zone), transactions, and reading a wrapped source query
-//! into contract-typed Arrow batches.
+//! One database connection of [`crate::db`], whatever its family: connecting (password
+//! from the environment, session time zone), transactions, and (for the exporter) reading
+//! a wrapped source query into contract-typed Arrow batches.
 //!
 //! Errors are typed ([`ExportError`], [`ReadError`]); the caller adds the source and table
 //! and scrubs the password when it renders them. Timestamps leave this module as UTC microseconds: zone-less values

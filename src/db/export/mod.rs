@@ -1,5 +1,5 @@
 //! `export`: database sources → contract-typed Arrow batches → a Parquet snapshot on
-//! object_store (docs/CONTRACT.md, docs/JOB_CONFIG.md). The only module that talks to databases (sqlx).
+//! object_store (docs/CONTRACT.md, docs/JOB_CONFIG.md): the reading direction of [`crate::db`].
 //!
 //! Per database (sources with the same URL, password variable and timezone):
 //!
