@@ -189,7 +189,9 @@ SELECT b.finding_id AS task_id, b.effect, b.order_id, b.class,
        CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'REVIEW_STALLED') THEN b.msg_id END AS reopen_msg_id,
        CASE WHEN b.class = 'DUPLICATE_EFFECT' THEN x.receipt_ids END AS reverse_receipt_ids,
        b.priority,
-       b.finding_id AS idempotency_key
+       b.effect || ':' || b.order_id::VARCHAR || CASE b.class
+           WHEN 'DUPLICATE_EFFECT' THEN ':reverse' WHEN 'ORPHAN_EFFECT' THEN ':investigate' ELSE ''
+       END AS idempotency_key
 FROM breaks b
 LEFT JOIN reversals x ON x.effect = b.effect AND x.order_id = b.order_id;
 

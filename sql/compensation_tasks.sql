@@ -6,8 +6,11 @@
 --     first, in (created_at, receipt_id) order.
 --   INVESTIGATE for ORPHAN_EFFECT.
 -- Outside their own action, command, reopen_msg_id and reverse_receipt_ids are NULL.
+-- idempotency_key is the key of the effect, not of the finding (DESIGN §10.2): the same
+-- text on every path and every night, whatever the class: '{effect}:{order_id}' to
+-- execute, with ':reverse' or ':investigate' appended for the other two actions.
 -- A finding not re-checked on this snapshot (rechecked = false) keeps the previous run's
--- task as it was, with attempt updated.
+-- task as it was, with attempt updated and its key made from its own columns.
 WITH breaks AS (
     SELECT * FROM discrepancies WHERE verdict = 'BREAK' AND rechecked
 ),
@@ -39,14 +42,23 @@ SELECT b.finding_id AS task_id,
        CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'REVIEW_STALLED') THEN b.msg_id END AS reopen_msg_id,
        v.receipt_ids AS reverse_receipt_ids,
        b.priority,
-       b.finding_id AS idempotency_key,
+       b.effect || ':' || CAST(b.order_id AS VARCHAR) || CASE b.class
+           WHEN 'DUPLICATE_EFFECT' THEN ':reverse'
+           WHEN 'ORPHAN_EFFECT' THEN ':investigate'
+           ELSE ''
+       END AS idempotency_key,
        b.runs_open AS attempt
 FROM breaks b
 JOIN rules r ON r.effect = b.effect
 LEFT JOIN reversals v ON v.effect = b.effect AND v.order_id = b.order_id AND b.class = 'DUPLICATE_EFFECT'
 UNION ALL
 SELECT t.task_id, t.effect, t.order_id, t.class, t.action, t.command, t.reopen_msg_id,
-       t.reverse_receipt_ids, t.priority, t.idempotency_key,
+       t.reverse_receipt_ids, t.priority,
+       t.effect || ':' || CAST(t.order_id AS VARCHAR) || CASE t.action
+           WHEN 'REVERSE_EFFECT' THEN ':reverse'
+           WHEN 'INVESTIGATE' THEN ':investigate'
+           ELSE ''
+       END AS idempotency_key,
        d.runs_open AS attempt
 FROM discrepancies d
 JOIN previous_tasks t ON t.task_id = d.finding_id

@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS compensation_task (
     reopen_msg_id       VARCHAR(64)  NULL,
     reverse_receipt_ids TEXT         NULL,
     priority            INT          NOT NULL,
-    idempotency_key     VARCHAR(64)  NOT NULL,
+    idempotency_key     VARCHAR(128) NOT NULL,
     state               VARCHAR(16)  NOT NULL,   -- OPEN, DONE, FAILED, RESOLVED
     resolution          VARCHAR(16)  NULL,
     first_run           VARCHAR(64)  NOT NULL,

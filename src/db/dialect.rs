@@ -277,8 +277,10 @@ fn receipt_ids_json(task: &TaskRow) -> Option<String> {
     task.reverse_receipt_ids.as_ref().map(|ids| serde_json::Value::from(ids.clone()).to_string())
 }
 
-/// The UPDATE of a task `run` lists again: last run and cut, `attempt` (the run's, else
-/// one more), a RESOLVED task OPEN again; guarded by `last_cut < <the run's cut>`.
+/// The UPDATE of a task `run` lists again: last run and cut, `command`, `priority` and
+/// `idempotency_key` as the run has them (rules and keys change; DESIGN §10.2), `attempt`
+/// (the run's, else one more), a RESOLVED task OPEN again; guarded by
+/// `last_cut < <the run's cut>`.
 pub(super) fn task_relisted<DB>(
     table: &str,
     task: &TaskRow,
@@ -288,12 +290,16 @@ pub(super) fn task_relisted<DB>(
 where
     DB: Stamp,
     String: Bind<DB>,
+    Option<String>: Bind<DB>,
     i32: Bind<DB>,
 {
     // MySQL assigns left to right: resolution is computed before state changes.
     let mut q = QueryBuilder::new(format!("UPDATE {table} SET last_run = "));
     q.push_bind(run.run_id.clone());
     q.push(", last_cut = ").push_bind(<DB as Stamp>::stamp(run.cut));
+    q.push(", command = ").push_bind(task.command.clone());
+    q.push(", priority = ").push_bind(task.priority);
+    q.push(", idempotency_key = ").push_bind(task.idempotency_key.clone());
     match task.attempt {
         Some(a) => q.push(", attempt = ").push_bind(a),
         None => q.push(", attempt = attempt + 1"),
@@ -517,16 +523,18 @@ mod tests {
         assert_eq!(
             task_relisted::<sqlx::Postgres>("ct", &task, &run, 0).sql(),
             format!(
-                "UPDATE ct SET last_run = $1, last_cut = $2, attempt = attempt + 1, {cases}, \
-                 updated_at = $3 WHERE task_id = $4 AND last_cut < $5"
+                "UPDATE ct SET last_run = $1, last_cut = $2, command = $3, priority = $4, \
+                 idempotency_key = $5, attempt = attempt + 1, {cases}, \
+                 updated_at = $6 WHERE task_id = $7 AND last_cut < $8"
             )
         );
         let again = TaskRow { attempt: Some(3), ..task };
         assert_eq!(
             task_relisted::<sqlx::Postgres>("ct", &again, &run, 0).sql(),
             format!(
-                "UPDATE ct SET last_run = $1, last_cut = $2, attempt = $3, {cases}, \
-                 updated_at = $4 WHERE task_id = $5 AND last_cut < $6"
+                "UPDATE ct SET last_run = $1, last_cut = $2, command = $3, priority = $4, \
+                 idempotency_key = $5, attempt = $6, {cases}, \
+                 updated_at = $7 WHERE task_id = $8 AND last_cut < $9"
             )
         );
         assert_eq!(

@@ -246,6 +246,25 @@ async fn publish_story(url: &str) {
         &format!("UPDATE compensation_task SET state = 'DONE' WHERE task_id IN ('{DONE_8821}', '{DONE_1002}')"),
     )
     .await;
+    // The key is the effect's (DESIGN §10.2), not the task's.
+    let key_and_command = |task: &'static str| {
+        let sql = format!(
+            "SELECT idempotency_key, command FROM compensation_task WHERE task_id = '{task}'"
+        );
+        async move { query(url, &sql).await }
+    };
+    assert_eq!(
+        key_and_command(DONE_8821).await,
+        [("points_grant:8821".to_string(), "GRANT_POINTS".to_string())]
+    );
+    // A row as an older version (key = task_id) or an older rule set left it: publish
+    // brings key and command up to date when a later run lists the task again.
+    exec(
+        url,
+        "UPDATE compensation_task SET idempotency_key = task_id, command = 'OLD_COMMAND' \
+         WHERE task_id = 'd488c66aa02bd9e8'",
+    )
+    .await;
 
     let later = later_run(tmp.path(), &first_dir);
     let report = publish_run(url, &later).await;
@@ -259,6 +278,11 @@ async fn publish_story(url: &str) {
     assert_eq!(after[VOIDED_1006], format!("RESOLVED/{LATER_RUN}/1"));
     assert_eq!(after[NEW_TASK], format!("OPEN/{LATER_RUN}/1"));
     assert_eq!(after["d488c66aa02bd9e8"], format!("OPEN/{LATER_RUN}/2"), "PERSISTING");
+    assert_eq!(
+        key_and_command("d488c66aa02bd9e8").await,
+        [("wms_lock:8821".to_string(), "LOCK_WMS_STOCK".to_string())],
+        "publish refreshes the key and the command of a task listed again"
+    );
 
     let again = publish_run(url, &later).await;
     assert_eq!(again.counts(), "0 inserted, 0 updated");
