@@ -50,7 +50,7 @@ MISSING_CLASSES = ("SKIPPED_BUT_DUE", "DONE_NO_RECEIPT", "REVIEW_STALLED", "NO_L
 OUTPUTS = {  # table -> (sort order, the columns the brief demands equal; the check compares all)
     "discrepancies": ("effect, order_id, class", "effect, order_id, class, verdict"),
     "compensation_tasks": ("effect, order_id, class",
-                           "task_id, action, command, reopen_msg_id, reverse_receipt_ids"),
+                           "task_id, action, command, reopen_msg_id, reverse_receipt_ids, idempotency_key"),
     "skip_verdicts": ("order_id, decided_at, msg_id", "msg_id, verdict"),
 }
 
