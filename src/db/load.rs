@@ -15,8 +15,6 @@ use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{Int32Type, Int64Type, TimestampMicrosecondType};
 use datafusion::arrow::error::ArrowError;
-use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use datafusion::parquet::errors::ParquetError;
 use sqlx::Connection;
 
 use super::conn::{self, Conn, Target};
@@ -24,7 +22,7 @@ use super::dialect;
 use crate::config::job::Driver;
 use crate::error::{Error, Result};
 use crate::snapshot::{ColumnKind, Snapshot, Table};
-use crate::storage::Location;
+use crate::storage::{parquet_parts, Location};
 
 /// How to load.
 #[derive(Debug, Clone)]
@@ -119,12 +117,9 @@ pub async fn read_snapshot(snapshot: &Location) -> Result<Vec<LoadTable>> {
 /// Why a snapshot file cannot be loaded.
 #[derive(Debug, thiserror::Error)]
 enum FileError {
-    /// The file is not readable Parquet.
+    /// The file is not readable Parquet, or a batch of it does not decode.
     #[error("unreadable Parquet: {0}")]
-    Parquet(#[from] ParquetError),
-    /// A batch of the file cannot be decoded.
-    #[error("unreadable Parquet: {0}")]
-    Batch(#[source] ArrowError),
+    Read(#[from] parquet_parts::ReadError),
     /// A contract column is absent.
     #[error("column {0} is missing")]
     MissingColumn(String),
@@ -143,14 +138,8 @@ enum FileError {
 }
 
 fn read_parquet(bytes: Bytes, table: Table) -> Result<Vec<RecordBatch>, FileError> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|b| b.with_batch_size(8192).build())?;
-    let mut batches = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(FileError::Batch)?;
-        batches.push(conform(&batch, table)?);
-    }
-    Ok(batches)
+    let (batches, _) = parquet_parts::read_parquet(bytes)?;
+    batches.into_iter().map(|batch| conform(&batch, table)).collect()
 }
 
 /// The batch with exactly the contract's columns and types.

@@ -292,22 +292,20 @@ impl RunOutputs {
     pub async fn read(folder: &Location) -> Result<Self> {
         let manifest = read_run_manifest(folder).await?;
         let cut = parse_instant(&manifest.cut).map_err(|m| Error::Run {
-            location: folder.display("manifest.json"),
+            location: folder.display(MANIFEST),
             message: format!("cut: {m}"),
             source: None,
         })?;
-        let tasks = read_table(folder, &manifest, OutputTable::CompensationTasks, true).await?;
-        let findings = read_table(folder, &manifest, OutputTable::Discrepancies, true).await?;
-        let resolved = read_table(folder, &manifest, OutputTable::Resolved, false).await?;
+        let tasks = read_table(folder, &manifest, OutputTable::CompensationTasks).await?;
+        let findings = read_table(folder, &manifest, OutputTable::Discrepancies).await?;
+        let resolved = read_table_if_listed(folder, &manifest, OutputTable::Resolved).await?;
         let fail = |table: OutputTable| move |e| run_error(folder.display(table.name()), e);
         let tasks = rows(&tasks, task_row).map_err(fail(OutputTable::CompensationTasks))?;
         let findings = rows(&findings, finding_row).map_err(fail(OutputTable::Discrepancies))?;
-        let resolved = match resolved {
-            Some(batches) => {
-                Some(rows(&Some(batches), resolved_row).map_err(fail(OutputTable::Resolved))?)
-            }
-            None => None,
-        };
+        let resolved = resolved
+            .map(|batches| rows(&batches, resolved_row))
+            .transpose()
+            .map_err(fail(OutputTable::Resolved))?;
         Ok(RunOutputs { folder: folder.clone(), manifest, cut, tasks, findings, resolved })
     }
 
@@ -377,24 +375,28 @@ pub(crate) enum RowError {
     },
 }
 
-/// The batches of one output table; `None` when the manifest does not list it.
+/// The batches of one output table the run must have: a manifest that does not list it
+/// is an error naming the table.
 pub(crate) async fn read_table(
     folder: &Location,
     manifest: &RunManifest,
     table: OutputTable,
-    required: bool,
+) -> Result<Vec<RecordBatch>> {
+    read_table_if_listed(folder, manifest, table).await?.ok_or_else(|| Error::Run {
+        location: folder.display(MANIFEST),
+        message: format!("lists no table '{}'", table.name()),
+        source: None,
+    })
+}
+
+/// The batches of one output table; `None` when the manifest does not list it (a run
+/// written before the table existed).
+pub(crate) async fn read_table_if_listed(
+    folder: &Location,
+    manifest: &RunManifest,
+    table: OutputTable,
 ) -> Result<Option<Vec<RecordBatch>>> {
-    let table = table.name();
-    let Some(files) = manifest.tables.get(table) else {
-        if required {
-            return Err(Error::Run {
-                location: folder.display(MANIFEST),
-                message: format!("lists no table '{table}'"),
-                source: None,
-            });
-        }
-        return Ok(None);
-    };
+    let Some(files) = manifest.tables.get(table.name()) else { return Ok(None) };
     let mut batches = Vec::new();
     for entry in &files.files {
         let fail = |message: String| Error::Run {
@@ -422,11 +424,11 @@ pub(crate) async fn read_table(
 
 /// Each row of `batches` as `row` reads it.
 pub(crate) fn rows<T>(
-    batches: &Option<Vec<RecordBatch>>,
+    batches: &[RecordBatch],
     row: fn(&Typed, usize) -> Result<T, RowError>,
 ) -> Result<Vec<T>, RowError> {
     let mut out = Vec::new();
-    for batch in batches.iter().flatten() {
+    for batch in batches {
         let typed = Typed::of(batch)?;
         for i in 0..batch.num_rows() {
             out.push(row(&typed, i)?);

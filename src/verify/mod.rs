@@ -386,7 +386,7 @@ fn read_truth(batches: &[RecordBatch], file: &str, lifecycle: bool) -> Result<Si
 
 async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) -> Result<Side> {
     let mut side = Side::default();
-    for batch in &read_table(folder, manifest, OutputTable::Discrepancies).await? {
+    for batch in &reader::read_table(folder, manifest, OutputTable::Discrepancies).await? {
         let shown = folder.display(OutputTable::Discrepancies.name());
         let columns = Columns { batch, file: &shown };
         let (effect, order_id, class, verdict) = (
@@ -406,7 +406,7 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
             side.add_finding(get(&effect), order_id[row], judged, "run");
         }
     }
-    for batch in &read_table(folder, manifest, OutputTable::SkipVerdicts).await? {
+    for batch in &reader::read_table(folder, manifest, OutputTable::SkipVerdicts).await? {
         let shown = folder.display(OutputTable::SkipVerdicts.name());
         let columns = Columns { batch, file: &shown };
         let (msg_id, order_id, verdict) =
@@ -429,7 +429,7 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
                 folder.display("manifest.json")
             )));
         }
-        for batch in &read_table(folder, manifest, OutputTable::Resolved).await? {
+        for batch in &reader::read_table(folder, manifest, OutputTable::Resolved).await? {
             let shown = folder.display(OutputTable::Resolved.name());
             let columns = Columns { batch, file: &shown };
             let (effect, order_id) = (columns.text("effect")?, ints(batch, "order_id", &shown)?);
@@ -440,15 +440,6 @@ async fn read_run(folder: &Location, manifest: &RunManifest, lifecycle: bool) ->
         }
     }
     Ok(side)
-}
-
-/// Every row of one of the run's tables (a table the manifest does not list is an error).
-async fn read_table(
-    folder: &Location,
-    manifest: &RunManifest,
-    table: OutputTable,
-) -> Result<Vec<RecordBatch>> {
-    Ok(reader::read_table(folder, manifest, table, true).await?.unwrap_or_default())
 }
 
 fn compare(truth: &Side, run: &Side, lifecycle: bool) -> VerifyReport {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::run_folder::reader::{
-    finding_row, read_table, rows, run_error, skip_row, task_row, RowError, TaskRow, Typed,
+    finding_row, read_table_if_listed, rows, run_error, skip_row, task_row, RowError, TaskRow,
+    Typed,
 };
 use crate::run_folder::summary::Summary;
 use crate::run_folder::OutputTable;
@@ -146,7 +147,7 @@ async fn read_rows<T>(
     table: OutputTable,
     row: fn(&Typed, usize) -> Result<T, RowError>,
 ) -> Result<Vec<T>> {
-    let batches = read_table(folder, manifest, table, false).await?;
+    let batches = read_table_if_listed(folder, manifest, table).await?.unwrap_or_default();
     rows(&batches, row).map_err(|m| run_error(folder.display(table.name()), m))
 }
 
