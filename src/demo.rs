@@ -157,6 +157,7 @@ async fn night(
         session: SessionOptions::default(),
         engine: Engine::InProcess,
         check_single_node: false,
+        export_mode: crate::db::export::ExportMode::Auto,
     };
     let report = nightly(&nightly_plan, events).await?;
     events.emit(Event::Demo(DemoStep::Verifying));

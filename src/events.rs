@@ -102,6 +102,9 @@ pub enum Event {
         /// The snapshot folder.
         snapshot: String,
     },
+    /// What an export of incremental-ready sources was: full (and why), incremental (on
+    /// which snapshot), or a shadow check's outcome.
+    ExportChain(String),
     /// The nightly export finished.
     ExportFinished {
         /// Rows exported.

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::config::{JobConfig, RuleSet};
-use crate::db::export::{self, ExportPlan, ExportReport};
+use crate::db::export::{self, ExportMode, ExportPlan, ExportReport};
 use crate::engine::session::{Engine, SessionOptions};
 use crate::error::{Error, Result};
 use crate::events::{Event, Events};
@@ -34,6 +34,8 @@ pub struct NightlyPlan {
     pub engine: Engine,
     /// On a cluster, also run in process and fail on any difference in the outputs.
     pub check_single_node: bool,
+    /// Full or incremental export (`--full`, `--verify-full`; automatic by default).
+    pub export_mode: ExportMode,
 }
 
 /// What a nightly job did.
@@ -79,7 +81,7 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     } else {
         let export_plan =
             ExportPlan { job: plan.job.clone(), out: snapshot.clone(), cut: plan.cut };
-        let report = export::export(&export_plan, events).await?;
+        let report = export::export_with(&export_plan, plan.export_mode, events).await?;
         events.emit(Event::ExportFinished {
             rows: report.rows,
             sources: report.sources.len(),

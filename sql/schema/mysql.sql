@@ -10,6 +10,12 @@
 -- * (decided_at), (changed_at), (created_at): the export window `t > ? AND t <= ?` is a
 --   range scan. (order_id, ...): the consumers' lookups by order, and the export's
 --   key-range chunks (`order_id BETWEEN ? AND ?`).
+-- * updated_at is set by the database on every insert and update (ON UPDATE
+--   CURRENT_TIMESTAMP(6)), with an index: an incremental night reads `updated_at >= ?`
+--   (docs/JOB_CONFIG.md "Incremental nights"; key = msg_id, receipt_id, id). It holds the
+--   session's wall time, like every DATETIME: let writers and the job's `timezone` agree.
+--   Tables made before it: ALTER TABLE t ADD COLUMN updated_at DATETIME(6) NOT NULL
+--   DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6), ADD KEY (updated_at).
 -- * Indexes are declared inside CREATE TABLE because MySQL 8 has no
 --   CREATE INDEX IF NOT EXISTS; the whole file is idempotent.
 -- * Ids and statuses use ascii/utf8mb4 with the default (case-insensitive) collations:
@@ -28,10 +34,12 @@ CREATE TABLE IF NOT EXISTS idempotent_msg (
     kafka_offset    BIGINT       NULL,
     consumer_id     VARCHAR(128) NULL,
     decided_at      DATETIME(6)  NOT NULL,
+    updated_at      DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (id),
     UNIQUE KEY uk_idempotent_msg_msg_id (msg_id),
     KEY ix_idempotent_msg_decided_at (decided_at),
-    KEY ix_idempotent_msg_order (order_id, event_type)
+    KEY ix_idempotent_msg_order (order_id, event_type),
+    KEY ix_idempotent_msg_updated_at (updated_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 CREATE TABLE IF NOT EXISTS order_status_history (
@@ -39,9 +47,11 @@ CREATE TABLE IF NOT EXISTS order_status_history (
     order_id   BIGINT      NOT NULL,
     status     VARCHAR(32) NOT NULL,
     changed_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (id),
     KEY ix_order_status_history_changed_at (changed_at),
-    KEY ix_order_status_history_order (order_id, changed_at)
+    KEY ix_order_status_history_order (order_id, changed_at),
+    KEY ix_order_status_history_updated_at (updated_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 CREATE TABLE IF NOT EXISTS points_receipt (
@@ -52,10 +62,12 @@ CREATE TABLE IF NOT EXISTS points_receipt (
     msg_id     VARCHAR(64) NULL,
     status     VARCHAR(16) NOT NULL,   -- SUCCEEDED, FAILED, REVERSED
     created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (id),
     UNIQUE KEY uk_points_receipt_receipt_id (receipt_id),
     KEY ix_points_receipt_created_at (created_at),
-    KEY ix_points_receipt_order (order_id, effect)
+    KEY ix_points_receipt_order (order_id, effect),
+    KEY ix_points_receipt_updated_at (updated_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 CREATE TABLE IF NOT EXISTS wms_receipt (
@@ -66,10 +78,12 @@ CREATE TABLE IF NOT EXISTS wms_receipt (
     msg_id     VARCHAR(64) NULL,
     status     VARCHAR(16) NOT NULL,
     created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (id),
     UNIQUE KEY uk_wms_receipt_receipt_id (receipt_id),
     KEY ix_wms_receipt_created_at (created_at),
-    KEY ix_wms_receipt_order (order_id, effect)
+    KEY ix_wms_receipt_order (order_id, effect),
+    KEY ix_wms_receipt_updated_at (updated_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;
 
 CREATE TABLE IF NOT EXISTS logistics_receipt (
@@ -80,8 +94,10 @@ CREATE TABLE IF NOT EXISTS logistics_receipt (
     msg_id     VARCHAR(64) NULL,
     status     VARCHAR(16) NOT NULL,
     created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) ON UPDATE CURRENT_TIMESTAMP(6),
     PRIMARY KEY (id),
     UNIQUE KEY uk_logistics_receipt_receipt_id (receipt_id),
     KEY ix_logistics_receipt_created_at (created_at),
-    KEY ix_logistics_receipt_order (order_id, effect)
+    KEY ix_logistics_receipt_order (order_id, effect),
+    KEY ix_logistics_receipt_updated_at (updated_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4;

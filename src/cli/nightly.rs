@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use effect_recon::config::JobConfig;
+use effect_recon::db::export::ExportMode;
 use effect_recon::nightly::{nightly, NightlyPlan};
 use effect_recon::time::format_elapsed;
 
@@ -16,6 +17,8 @@ use super::{default_cut, parse_instant_arg, EngineArgs, Outcome, QueryEngineArgs
     after_help = "Each night's run follows the latest earlier run under root (docs/SEMANTICS.md).\n\
 Exit codes: 0 ok, 1 BREAK findings with --fail-on-breaks, 2 error, 3 INCOMPLETE run (wins over 1).\n\
 A complete snapshot for the same cut is reused (a retry after a failed run does not export again).\n\
+With key and changed_column on every source, a night follows the previous snapshot and reads only\n\
+what changed (docs/JOB_CONFIG.md \"Incremental nights\"); it says in one line when and why it is full.\n\
 Example (cron, 00:30 each day):\n  30 0 * * * effect-recon nightly --config /etc/effect-recon/job.toml --fail-on-breaks\n\
 On a Ballista cluster (root on S3 or a shared path; docs/SCALE.md):\n  effect-recon nightly --config job.toml --engine ballista://10.0.0.10:50050"
 )]
@@ -35,6 +38,16 @@ pub(super) struct NightlyArgs {
     /// Only the stage lines and the summary, no per-table progress.
     #[arg(long, short)]
     quiet: bool,
+    /// Export every row of the lookback even when the previous snapshot allows an
+    /// incremental night (the chain starts over from this one).
+    #[arg(long, conflicts_with = "verify_full")]
+    full: bool,
+    /// Shadow check: read a full export beside the incremental one, in the same
+    /// transactions, and compare the live rows; a difference makes the run INCOMPLETE
+    /// (exit 3) and names the first differing table, key and column. The chain rebases on
+    /// the full export. (Also every `verify_full_every` nights, from the job config.)
+    #[arg(long)]
+    verify_full: bool,
     #[command(flatten)]
     query_engine: QueryEngineArgs,
     #[command(flatten)]
@@ -53,6 +66,13 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
         session: args.engine.options(),
         engine,
         check_single_node,
+        export_mode: if args.full {
+            ExportMode::Full
+        } else if args.verify_full {
+            ExportMode::VerifyFull
+        } else {
+            ExportMode::Auto
+        },
     };
     args.notify.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };

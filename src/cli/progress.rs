@@ -171,6 +171,7 @@ pub(super) fn describe(event: &Event) -> String {
         Event::NightlyStarted { cut, rules, rules_hash } => {
             format!("cut {cut}, rules {rules} ({rules_hash})")
         }
+        Event::ExportChain(line) => line.clone(),
         Event::ExportSkipped { snapshot } => {
             format!("export skipped: {snapshot} is already complete")
         }

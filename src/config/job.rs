@@ -28,7 +28,16 @@ struct JobFile {
     #[serde(default)]
     export: ExportFile,
     #[serde(default)]
+    incremental: IncrementalFile,
+    #[serde(default)]
     source: Vec<SourceEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IncrementalFile {
+    margin: Option<String>,
+    verify_full_every: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +60,8 @@ struct SourceEntry {
     password_env: Option<String>,
     timezone: Option<String>,
     query: String,
+    key: Option<String>,
+    changed_column: Option<String>,
 }
 
 /// A validated job config.
@@ -66,6 +77,8 @@ pub struct JobConfig {
     pub lookback: Micros,
     /// Exporter settings (`[export]`).
     pub export: ExportSettings,
+    /// Incremental nights (`[incremental]`).
+    pub incremental: IncrementalSettings,
     /// The sources, in file order.
     pub sources: Vec<SourceConfig>,
 }
@@ -101,6 +114,26 @@ impl Default for ExportSettings {
             connect_timeout: 30_000_000,
             verify_counts: true,
         }
+    }
+}
+
+/// Default `[incremental] margin`.
+pub const DEFAULT_MARGIN: &str = "5m";
+
+/// The `[incremental]` section: how nights follow each other (docs/JOB_CONFIG.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncrementalSettings {
+    /// Subtracted from the watermark probe: covers the seconds granularity of the
+    /// database's transaction start times and clock steps (microseconds).
+    pub margin: Micros,
+    /// Every Nth night of a chain also reads a full export and compares (0 = only on
+    /// `nightly --verify-full`).
+    pub verify_full_every: u32,
+}
+
+impl Default for IncrementalSettings {
+    fn default() -> Self {
+        IncrementalSettings { margin: 5 * 60 * 1_000_000, verify_full_every: 7 }
     }
 }
 
@@ -154,9 +187,18 @@ pub struct SourceConfig {
     pub utc_offset_secs: i32,
     /// The SELECT; two bound parameters: lower bound, then the cut.
     pub query: String,
+    /// The column (returned by the query) that identifies a row version across nights.
+    pub key: Option<String>,
+    /// The column (returned by the query) the database sets on every insert and update.
+    pub changed_column: Option<String>,
 }
 
 impl SourceConfig {
+    /// The key and change columns, when the source can be read incrementally.
+    pub fn change_columns(&self) -> Option<(&str, &str)> {
+        Some((self.key.as_deref()?, self.changed_column.as_deref()?))
+    }
+
     /// `ledger[fulfilment]`, `receipts[points]`: how messages and progress name it.
     pub fn label(&self) -> String {
         format!("{}[{}]", self.table.name(), self.name)
@@ -181,6 +223,8 @@ impl JobConfig {
         let lookback = parse_duration(file.lookback.as_deref().unwrap_or(DEFAULT_LOOKBACK))
             .map_err(|e| fail(format!("lookback: {e}")))?;
         let export = export_settings(file.export).map_err(|m| fail(format!("[export] {m}")))?;
+        let incremental = incremental_settings(file.incremental)
+            .map_err(|m| fail(format!("[incremental] {m}")))?;
         let mut sources = Vec::with_capacity(file.source.len());
         let mut names = BTreeSet::new();
         for (index, entry) in file.source.into_iter().enumerate() {
@@ -213,7 +257,15 @@ impl JobConfig {
                 base.join(r).display().to_string()
             }
         });
-        Ok(JobConfig { path: path.to_path_buf(), root, rules, lookback, export, sources })
+        Ok(JobConfig {
+            path: path.to_path_buf(),
+            root,
+            rules,
+            lookback,
+            export,
+            incremental,
+            sources,
+        })
     }
 
     /// The two bound parameters for a cut: `(since - lookback, cut)` with `since = cut - 1 day`.
@@ -248,8 +300,31 @@ fn export_settings(file: ExportFile) -> Result<ExportSettings, String> {
     Ok(settings)
 }
 
+fn incremental_settings(file: IncrementalFile) -> Result<IncrementalSettings, String> {
+    let mut settings = IncrementalSettings::default();
+    if let Some(v) = file.margin {
+        settings.margin = parse_duration(&v).map_err(|e| format!("margin: {e}"))?;
+    }
+    if let Some(v) = file.verify_full_every {
+        settings.verify_full_every = v;
+    }
+    Ok(settings)
+}
+
+/// A column name spliced into the exporter's SQL: a plain identifier only.
+fn check_column(what: &str, name: Option<String>) -> Result<Option<String>, String> {
+    let Some(name) = name else { return Ok(None) };
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !plain {
+        return Err(format!("{what} '{name}' must be a plain column name (letters, digits, '_')"));
+    }
+    Ok(Some(name))
+}
+
 fn validate_source(entry: SourceEntry, base: &Path) -> Result<SourceConfig, String> {
-    let SourceEntry { table, name, url, password_env, timezone, query } = entry;
+    let SourceEntry { table, name, url, password_env, timezone, query, key, changed_column } =
+        entry;
     let table = Table::from_name(&table)
         .ok_or_else(|| format!("table '{table}' is not one of ledger, status_history, receipts"))?;
     let name_ok =
@@ -279,7 +354,25 @@ fn validate_source(entry: SourceEntry, base: &Path) -> Result<SourceConfig, Stri
     if query.is_empty() {
         return Err(context("query is empty".into()));
     }
-    Ok(SourceConfig { table, name, driver, url, password_env, utc_offset_secs, query })
+    let key = check_column("key", key).map_err(context)?;
+    let changed_column = check_column("changed_column", changed_column).map_err(context)?;
+    if key.is_some() != changed_column.is_some() {
+        return Err(context(
+            "key and changed_column go together: set both for incremental nights, or neither"
+                .into(),
+        ));
+    }
+    Ok(SourceConfig {
+        table,
+        name,
+        driver,
+        url,
+        password_env,
+        utc_offset_secs,
+        query,
+        key,
+        changed_column,
+    })
 }
 
 /// Network URLs must parse and must not carry a password (it would end up in the file).

@@ -582,3 +582,111 @@ mod tests {
         assert_eq!(insert_head("t", &["a", "b"]), "INSERT INTO t (a, b) ");
     }
 }
+
+// ---- Incremental nights (docs/CONTRACT.md "Incremental snapshots") ----
+
+/// The text type a key is cast to for `recon_key`.
+fn text_type(driver: Driver) -> &'static str {
+    match driver {
+        Driver::MySql => "CHAR",
+        Driver::Postgres | Driver::Sqlite => "TEXT",
+    }
+}
+
+/// A source query whose rows also carry the source's key as text, `recon_key`: what every
+/// file of an incremental snapshot holds. `key` was checked to be a plain identifier.
+pub(super) fn keyed_query(driver: Driver, query: &str, key: &str) -> String {
+    format!(
+        "SELECT recon_keyed.*, CAST(recon_keyed.{key} AS {}) AS recon_key FROM (\n{query}\n) AS recon_keyed",
+        text_type(driver)
+    )
+}
+
+/// What one night of a chain reads of a source: the rows whose event time is in
+/// `(after, cut]` (the new window) and every row changed at or after `since` (the previous
+/// night's watermark), at any event time, so that a row whose event time moved out of the
+/// window still supersedes its old version. Run with the source's own bounds bound wide.
+pub(super) fn delta_query(
+    driver: Driver,
+    query: &str,
+    columns: DeltaColumns<'_>,
+    after: &str,
+    cut: &str,
+    since: &str,
+) -> String {
+    let DeltaColumns { key, event, changed } = columns;
+    format!(
+        "{} WHERE (recon_keyed.{event} > {after} AND recon_keyed.{event} <= {cut}) OR recon_keyed.{changed} >= {since}",
+        keyed_query(driver, query, key)
+    )
+}
+
+/// The columns [`delta_query`] names (checked to be plain identifiers).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DeltaColumns<'a> {
+    /// The source's key.
+    pub key: &'a str,
+    /// The table's event-time column.
+    pub event: &'a str,
+    /// The column the database sets on every insert and update.
+    pub changed: &'a str,
+}
+
+/// A time literal compared with the source's zone-less or zoned timestamp columns: MySQL
+/// and SQLite wall time in the source's offset, PostgreSQL an explicit `timestamptz` (a
+/// `timestamp` column is compared in the session's zone, the source's offset).
+pub(super) fn time_literal(driver: Driver, micros: Micros, offset_secs: i32) -> String {
+    let wall = super::conn::naive(micros, offset_secs);
+    match driver {
+        Driver::MySql => format!("'{}'", wall.format("%Y-%m-%d %H:%M:%S%.6f")),
+        Driver::Sqlite => format!("'{}'", super::conn::sqlite_text(wall)),
+        Driver::Postgres => format!(
+            "CAST('{}+00' AS timestamptz)",
+            super::conn::utc(micros).format("%Y-%m-%d %H:%M:%S%.6f")
+        ),
+    }
+}
+
+/// The literal a change column is compared with. SQLite's recommended triggers store UTC
+/// with milliseconds (`strftime('%Y-%m-%d %H:%M:%f','now')`), so its literal is UTC,
+/// truncated to the millisecond (text comparison then never misses an equal value).
+pub(super) fn changed_literal(driver: Driver, micros: Micros, offset_secs: i32) -> String {
+    match driver {
+        Driver::Sqlite => {
+            let wall = super::conn::naive(micros - micros.rem_euclid(1000), 0);
+            format!("'{}'", wall.format("%Y-%m-%d %H:%M:%S%.3f"))
+        }
+        _ => time_literal(driver, micros, offset_secs),
+    }
+}
+
+/// The watermark probe, run before the export's read transactions start: the database's
+/// time now (text, in the source's offset for MySQL, UTC for the others), then how long
+/// ago its oldest open transaction started, in microseconds (NULL: none open). The age
+/// is measured after the time, so it can only put the watermark earlier. MySQL reports
+/// `INNODB_TRX.trx_started` in the server's system zone, not the session's, so the age is
+/// taken with the session switched to SYSTEM ([`MYSQL_SESSION_ZONE_SYSTEM`]) and back.
+pub(super) fn probe_statements(driver: Driver) -> [&'static str; 2] {
+    match driver {
+        Driver::MySql => [
+            "SELECT DATE_FORMAT(NOW(6), '%Y-%m-%d %H:%i:%s.%f')",
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(trx_started), NOW(6)) AS CHAR) FROM information_schema.INNODB_TRX",
+        ],
+        Driver::Postgres => [
+            "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+            "SELECT CAST(CAST(EXTRACT(EPOCH FROM (clock_timestamp() - min(xact_start))) * 1000000 AS BIGINT) AS TEXT) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND xact_start IS NOT NULL",
+        ],
+        Driver::Sqlite => ["SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')", "SELECT NULL"],
+    }
+}
+
+/// MySQL: the session zone in which `trx_started` and `NOW()` agree.
+pub(super) const MYSQL_SESSION_ZONE_SYSTEM: &str = "SET time_zone = SYSTEM";
+
+/// MySQL: back to the source's offset after the probe.
+pub(super) fn mysql_set_time_zone(offset: &str) -> String {
+    format!("SET time_zone = '{offset}'")
+}
+
+/// PostgreSQL: whether this role sees other roles' transactions in `pg_stat_activity`.
+pub(super) const PG_SEES_ALL_ACTIVITY: &str = "SELECT CAST(CASE WHEN (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) OR pg_has_role(current_user, 'pg_read_all_stats', 'MEMBER') THEN 'yes' ELSE 'no' END AS TEXT)";

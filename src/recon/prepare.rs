@@ -110,6 +110,7 @@ impl Prepared {
             &self.chain,
             limits,
         );
+        reasons.extend(self.snapshot.chain_problem());
         let rules = rule_check::check(ctx, &plan.rules, &self.bounds.params()).await?;
         reasons.extend(rules.typos);
         Ok(InputVerdict { reasons, warnings: rules.warnings })

@@ -5,6 +5,7 @@
 //! `export`, so `run` cannot tell them apart); [`reader`] validates one and registers its
 //! tables in a DataFusion session.
 
+pub mod chain;
 pub(crate) mod diagnose;
 pub mod reader;
 mod row_groups;
@@ -150,6 +151,9 @@ const fn column(name: &'static str, kind: ColumnKind, nullable: bool) -> ColumnS
     ColumnSpec { name, kind, nullable }
 }
 
+/// The key column of `@2` files ([`chain::KEY_COLUMN`]), as a contract column.
+pub const KEY_SPEC: ColumnSpec = column(chain::KEY_COLUMN, ColumnKind::Text, false);
+
 const LEDGER_COLUMNS: &[ColumnSpec] = &[
     column("msg_id", ColumnKind::Text, false),
     column("order_id", ColumnKind::Int64, false),
@@ -195,6 +199,9 @@ pub struct SnapshotManifest {
     /// Who wrote it (`gen`, `export`), informational.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
+    /// The segment chain of an incremental snapshot (format `@2` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<chain::Chain>,
 }
 
 /// The files of one table.

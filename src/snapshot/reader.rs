@@ -29,7 +29,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use super::row_groups::{FileRowGroups, OrderRangeTable, RowGroupIndex};
-use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, MANIFEST, SNAPSHOT_FORMAT};
+use super::chain::{self, Chain, CHAIN_FORMAT};
+use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, KEY_SPEC, MANIFEST, SNAPSHOT_FORMAT};
 use crate::error::{Error, Result};
 use crate::storage::Location;
 use crate::time::{parse_instant, Micros};
@@ -68,11 +69,22 @@ impl Snapshot {
         };
         let manifest: SnapshotManifest = serde_json::from_slice(&bytes)
             .map_err(|e| err(format!("manifest.json is not a valid snapshot manifest: {e}")))?;
-        if manifest.format != SNAPSHOT_FORMAT {
+        let chained = manifest.format == CHAIN_FORMAT;
+        if manifest.format != SNAPSHOT_FORMAT && !chained {
             return Err(err(format!(
-                "manifest.json has format '{}', expected '{SNAPSHOT_FORMAT}'",
+                "manifest.json has format '{}', expected '{SNAPSHOT_FORMAT}' or '{CHAIN_FORMAT}'",
                 manifest.format
             )));
+        }
+        if chained != manifest.chain.is_some() {
+            return Err(err(format!(
+                "manifest.json of format '{}' {} a chain block",
+                manifest.format,
+                if chained { "lacks" } else { "has" }
+            )));
+        }
+        if chained && manifest.coverage_from.is_none() {
+            return Err(err("manifest.json of an incremental snapshot lacks coverage_from".into()));
         }
         let cut =
             parse_instant(&manifest.cut).map_err(|e| err(format!("manifest.json cut: {e}")))?;
@@ -91,11 +103,31 @@ impl Snapshot {
                 )));
             }
             for file in files {
-                check_path(table, &file.path).map_err(|m| Error::SnapshotFile {
+                let listed = match &manifest.chain {
+                    None => check_path(table, &file.path),
+                    Some(chain) => check_chain_path(table, &file.path).and_then(|()| {
+                        chain.files.get(&file.path).map(drop).ok_or_else(|| {
+                            "listed under tables but not in the chain's files".to_string()
+                        })
+                    }),
+                };
+                listed.map_err(|m| Error::SnapshotFile {
                     file: location.display(&file.path),
                     message: m,
                     source: None,
                 })?;
+            }
+        }
+        if let Some(chain) = &manifest.chain {
+            for keys in &chain.keys {
+                let table = keys.path.split('/').find_map(Table::from_name);
+                if table.is_none_or(|t| check_chain_path(t, &keys.path).is_err()) {
+                    return Err(Error::SnapshotFile {
+                        file: location.display(&keys.path),
+                        message: "a keys file must lie in its table's folder of a snapshot of the chain".into(),
+                        source: None,
+                    });
+                }
             }
         }
         Ok(Snapshot { location: location.clone(), manifest, cut })
@@ -108,6 +140,11 @@ impl Snapshot {
             location: self.location.display(MANIFEST),
             message: format!("coverage_from: {e}"),
         })
+    }
+
+    /// The self-check failure an incremental snapshot carries: its shadow check differed.
+    pub fn chain_problem(&self) -> Option<String> {
+        self.manifest.chain.as_ref().and_then(Chain::problem)
     }
 
     /// The snapshot's cut.
@@ -155,6 +192,9 @@ impl Snapshot {
             .buffered(concurrency)
             .try_collect()
             .await?;
+        if let Some(chain) = &self.manifest.chain {
+            return self.register_chain(ctx, chain, &listed, checked).await;
+        }
         let mut stats = SnapshotStats::default();
         for table in Table::ALL {
             let mut groups: Vec<(SchemaRef, Vec<String>)> = Vec::new();
@@ -177,7 +217,7 @@ impl Snapshot {
                 stats.files += 1;
             }
             stats.rows.insert(table.name().to_string(), table_rows);
-            let frame = self.table_frame(ctx, table, groups, &row_groups).await?;
+            let frame = self.table_frame(ctx, table, groups, &row_groups, false).await?;
             ctx.register_table(table.name(), frame.into_view())
                 .map_err(|e| Error::query(format!("registering table {}", table.name()), e))?;
         }
@@ -219,7 +259,8 @@ impl Snapshot {
             return Err(fail(format!("holds {rows} rows but manifest.json says {}", file.rows)));
         }
         let schema = Arc::clone(builder.schema());
-        for spec in table.columns() {
+        let key = self.manifest.chain.is_some().then_some(&KEY_SPEC);
+        for spec in table.columns().iter().chain(key) {
             let column_error = |message: String| Error::Column {
                 file: shown.clone(),
                 column: spec.name.to_string(),
@@ -251,13 +292,91 @@ impl Snapshot {
         Ok((schema, FileRowGroups::from_metadata(builder.metadata(), meta.size)))
     }
 
-    /// One DataFrame over all files of `table`, normalised to the contract types.
+    /// Registers the live rows of an incremental snapshot ([`chain::live_frame`]) as the
+    /// contract's tables; the row counts are the live rows the exporter counted.
+    async fn register_chain(
+        &self,
+        ctx: &SessionContext,
+        chain: &Chain,
+        listed: &[(Table, &FileEntry)],
+        checked: Vec<(SchemaRef, FileRowGroups)>,
+    ) -> Result<SnapshotStats> {
+        if crate::engine::staging::is_distributed(ctx) {
+            return Err(Error::Snapshot {
+                location: self.location.display(""),
+                message: "an incremental snapshot (snapshot@2) is read in process only; run without the cluster, or export --full for it".into(),
+            });
+        }
+        let coverage_from = self.coverage_from()?.unwrap_or(Micros::MIN);
+        let mut stats = SnapshotStats::default();
+        let mut checked = checked.into_iter();
+        // Per table, per source, per segment: (schema, url) of each file.
+        type Segments = BTreeMap<u32, Vec<(SchemaRef, String)>>;
+        let mut by_source: BTreeMap<(Table, String), Segments> = BTreeMap::new();
+        let mut row_groups = RowGroupIndex::new();
+        for &(table, file) in listed {
+            let (schema, file_row_groups) =
+                checked.next().ok_or_else(|| Error::Internal("a file was not checked".into()))?;
+            let meta = &chain.files[&file.path];
+            row_groups.insert(self.location.path(&file.path).to_string(), file_row_groups);
+            by_source
+                .entry((table, meta.source.clone()))
+                .or_default()
+                .entry(meta.seq)
+                .or_default()
+                .push((schema, self.location.url(&file.path)));
+            stats.files += 1;
+        }
+        for table in Table::ALL {
+            let mut frames = Vec::new();
+            for ((_, source), segments) in by_source.iter().filter(|((t, _), _)| *t == table) {
+                let mut rows = Vec::new();
+                for (seq, files) in segments {
+                    let mut groups: Vec<(SchemaRef, Vec<String>)> = Vec::new();
+                    for (schema, url) in files {
+                        match groups.iter_mut().find(|(s, _)| same_types(s, schema)) {
+                            Some((_, urls)) => urls.push(url.clone()),
+                            None => groups.push((Arc::clone(schema), vec![url.clone()])),
+                        }
+                    }
+                    rows.push((*seq, self.table_frame(ctx, table, groups, &row_groups, true).await?));
+                }
+                let mut keys = Vec::new();
+                for file in chain.keys.iter().filter(|k| &k.source == source) {
+                    let url = self.location.url(&file.path);
+                    keys.push((file.seq, keys_frame(ctx, &url).await?));
+                }
+                let segments = chain::SourceSegments { segments: rows, keys };
+                frames.push(chain::live_frame(table, segments, (coverage_from, self.cut), false)?);
+                let live = chain.live_rows.get(source).copied().unwrap_or(0);
+                *stats.rows.entry(table.name().to_string()).or_default() += live;
+                if table == Table::Receipts {
+                    let name = source_name(source);
+                    *stats.rows.entry(format!("receipts/{name}")).or_default() += live;
+                }
+            }
+            let context = |e| Error::query(format!("registering table {}", table.name()), e);
+            let mut frames = frames.into_iter();
+            let first = frames.next().ok_or_else(|| Error::Snapshot {
+                location: self.location.display(""),
+                message: format!("no files for {}", table.name()),
+            })?;
+            let frame = frames.try_fold(first, |all, next| all.union(next).map_err(context))?;
+            stats.rows.entry(table.name().to_string()).or_default();
+            ctx.register_table(table.name(), frame.into_view()).map_err(context)?;
+        }
+        Ok(stats)
+    }
+
+    /// One DataFrame over all files of `table`, normalised to the contract types (and
+    /// `recon_key` kept when `keep_key`).
     async fn table_frame(
         &self,
         ctx: &SessionContext,
         table: Table,
         groups: Vec<(SchemaRef, Vec<String>)>,
         row_groups: &RowGroupIndex,
+        keep_key: bool,
     ) -> Result<DataFrame> {
         let context = |e| Error::query(format!("reading table {}", table.name()), e);
         let mut frames = Vec::new();
@@ -283,8 +402,11 @@ impl Snapshot {
                 Arc::new(OrderRangeTable::new(provider, row_groups.clone()))
             };
             let frame = ctx.read_table(provider).map_err(context)?;
-            let columns: Vec<Expr> =
+            let mut columns: Vec<Expr> =
                 table.columns().iter().map(|spec| normalised(&scan_schema, spec)).collect();
+            if keep_key {
+                columns.push(normalised(&scan_schema, &KEY_SPEC));
+            }
             frames.push(frame.select(columns).map_err(context)?);
         }
         let mut frames = frames.into_iter();
@@ -323,6 +445,39 @@ pub fn conform_frame(frame: DataFrame, table: Table) -> Result<DataFrame> {
     }
     let columns: Vec<Expr> = table.columns().iter().map(|spec| normalised(&schema, spec)).collect();
     frame.select(columns).map_err(|e| Error::query(format!("conforming {}", table.name()), e))
+}
+
+/// `ledger[fulfilment]` → `fulfilment`.
+fn source_name(label: &str) -> &str {
+    label.split_once('[').map_or(label, |(_, rest)| rest.trim_end_matches(']'))
+}
+
+/// A keys file of an incremental snapshot as a frame of `recon_key`.
+async fn keys_frame(ctx: &SessionContext, url: &str) -> Result<DataFrame> {
+    let context = |e| Error::query(format!("reading the keys file {url}"), e);
+    let path = ListingTableUrl::parse(url).map_err(context)?;
+    let options =
+        ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config = ListingTableConfig::new(path)
+        .with_listing_options(options)
+        .with_schema(with_view_strings(&chain::keys_schema()));
+    let provider = ListingTable::try_new(config).map_err(context)?;
+    ctx.read_table(Arc::new(provider)).map_err(context)
+}
+
+/// An incremental snapshot's paths: its own files as [`check_path`] says, or the same
+/// below `../snapshot=<cut>/` (a file an earlier night of the chain wrote).
+fn check_chain_path(table: Table, path: &str) -> Result<(), String> {
+    match path.strip_prefix("../") {
+        None => check_path(table, path),
+        Some(rest) => {
+            let (folder, inside) = rest.split_once('/').unwrap_or((rest, ""));
+            if !folder.starts_with("snapshot=") || folder.contains("..") {
+                return Err("a file of an earlier segment must lie in ../snapshot=<cut>/".into());
+            }
+            check_path(table, inside)
+        }
+    }
 }
 
 /// Paths must stay inside the snapshot and in the table's own folder.

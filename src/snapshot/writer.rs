@@ -10,6 +10,7 @@ use bytes::Bytes;
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
+use super::chain::{self, Chain, CHAIN_FORMAT};
 use super::{FileEntry, SnapshotManifest, Table, TableFiles, MANIFEST, SNAPSHOT_FORMAT};
 use crate::error::{Error, Result};
 use crate::storage::claim::{self, Claim};
@@ -25,6 +26,7 @@ pub struct SnapshotWriter {
     created_by: String,
     coverage_from: Option<Micros>,
     files: BTreeMap<Table, Vec<FileEntry>>,
+    chain: Option<Chain>,
     claim: Claim,
 }
 
@@ -57,6 +59,7 @@ impl SnapshotWriter {
             created_by: created_by.to_string(),
             coverage_from: None,
             files: BTreeMap::new(),
+            chain: None,
         })
     }
 
@@ -79,18 +82,48 @@ impl SnapshotWriter {
     /// their folder `receipts/<source>/`; for the other tables a `source` only prefixes the
     /// file names (`ledger/<source>-part-00000.parquet`) so several sources can share a table.
     pub fn table(&self, table: Table, source: Option<&str>) -> TableWriter {
+        self.table_with_schema(table, source, table.schema())
+    }
+
+    /// [`SnapshotWriter::table`] for an incremental snapshot: the files also carry the
+    /// source's key ([`chain::file_schema`]).
+    pub fn keyed_table(&self, table: Table, source: Option<&str>) -> TableWriter {
+        self.table_with_schema(table, source, chain::file_schema(table))
+    }
+
+    /// The writer of one source's keys file in this snapshot's folder.
+    pub fn keys_writer(&self, table: Table, source: &str) -> PartWriter {
+        let folder = match table {
+            Table::Receipts => format!("receipts/{source}"),
+            other => other.name().to_string(),
+        };
+        PartWriter::new(&self.location, &folder, chain::keys_schema())
+            .with_file_stem(&format!("{source}-keys"))
+    }
+
+    fn table_with_schema(
+        &self,
+        table: Table,
+        source: Option<&str>,
+        schema: datafusion::arrow::datatypes::SchemaRef,
+    ) -> TableWriter {
         let parts = match (table, source) {
             (Table::Receipts, source) => PartWriter::new(
                 &self.location,
                 &format!("receipts/{}", source.unwrap_or("default")),
-                table.schema(),
+                schema,
             ),
-            (other, None) => PartWriter::new(&self.location, other.name(), table.schema()),
+            (other, None) => PartWriter::new(&self.location, other.name(), schema),
             (other, Some(source)) => {
-                PartWriter::new(&self.location, other.name(), table.schema()).with_file_stem(source)
+                PartWriter::new(&self.location, other.name(), schema).with_file_stem(source)
             }
         };
         TableWriter { table, parts }
+    }
+
+    /// Makes this an incremental snapshot (format `@2`) with the chain block `chain`.
+    pub fn set_chain(&mut self, chain: Chain) {
+        self.chain = Some(chain);
     }
 
     /// Records the files a finished [`TableWriter`] wrote.
@@ -105,12 +138,14 @@ impl SnapshotWriter {
             let files = self.files.get(&table).cloned().unwrap_or_default();
             tables.insert(table.name().to_string(), TableFiles { files });
         }
+        let format = if self.chain.is_some() { CHAIN_FORMAT } else { SNAPSHOT_FORMAT };
         let manifest = SnapshotManifest {
-            format: SNAPSHOT_FORMAT.to_string(),
+            format: format.to_string(),
             cut: format_instant(self.cut),
             coverage_from: self.coverage_from.map(format_instant),
             tables,
             created_by: Some(self.created_by.clone()),
+            chain: self.chain.clone(),
         };
         let json = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Output {
             location: self.location.display(MANIFEST),

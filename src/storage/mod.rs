@@ -109,13 +109,41 @@ impl Location {
         &self.store_url
     }
 
-    /// The object path of `relative` inside this location.
+    /// The object path of `relative` inside this location; a `..` part steps up one folder
+    /// (an incremental snapshot lists files of the snapshots before it as `../snapshot=…/`).
     pub fn path(&self, relative: &str) -> Path {
-        let mut path = self.prefix.clone();
-        for part in relative.split('/').filter(|p| !p.is_empty()) {
-            path = path.join(part);
+        if !relative.split('/').any(|p| p == "..") {
+            let mut path = self.prefix.clone();
+            for part in relative.split('/').filter(|p| !p.is_empty()) {
+                path = path.join(part);
+            }
+            return path;
         }
-        path
+        let mut parts: Vec<object_store::path::PathPart<'_>> = self.prefix.parts().collect();
+        for part in relative.split('/').filter(|p| !p.is_empty()) {
+            if part == ".." {
+                parts.pop();
+            } else {
+                parts.push(part.into());
+            }
+        }
+        Path::from_iter(parts)
+    }
+
+    /// The folder this one is in (`None` at the store's root).
+    pub fn parent(&self) -> Option<Self> {
+        let parts: Vec<_> = self.prefix.parts().collect();
+        let (_, above) = parts.split_last()?;
+        let display = match self.display.rsplit_once('/') {
+            Some((head, _)) if !head.is_empty() => head.to_string(),
+            _ => self.display.clone(),
+        };
+        Some(Location {
+            store: Arc::clone(&self.store),
+            store_url: self.store_url.clone(),
+            prefix: Path::from_iter(above.iter().cloned()),
+            display,
+        })
     }
 
     /// A full URL of `relative`, as DataFusion's table paths take it.

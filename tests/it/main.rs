@@ -18,6 +18,9 @@
 //! * `fixture`      — `run` on the committed tiny snapshot equals the hand-checked outputs.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `incremental`  — incremental nights on a database changed in place (SQLite always,
+//!   MariaDB/PostgreSQL with their variables): every night's chain equals a full
+//!   re-export and runs the same; a watermark without its safety terms loses a late commit.
 //! * `lifecycle`    — across nights (docs/SEMANTICS.md) through `run`: chains, overlapping windows,
 //!   byte-identical reruns, self-checks (INCOMPLETE), refused previous runs, `history`.
 //! * `links`        — README.md and docs/ have no dead links in a fresh clone.
@@ -57,6 +60,7 @@ mod export;
 mod export_chunking;
 mod fixture;
 mod gen;
+mod incremental;
 mod lifecycle;
 mod links;
 mod messages;

@@ -11,7 +11,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use crate::snapshot::{ColumnKind, ColumnSpec, Table, UTC};
+use crate::snapshot::{ColumnKind, ColumnSpec, Table, KEY_SPEC, UTC};
 
 /// Why a value could not be appended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,22 +39,29 @@ enum ColumnBuilder {
 /// Rows of one table being collected into a batch.
 pub(super) struct BatchBuilder {
     schema: SchemaRef,
-    specs: &'static [ColumnSpec],
+    specs: Vec<ColumnSpec>,
     columns: Vec<ColumnBuilder>,
     rows: usize,
 }
 
 impl BatchBuilder {
-    /// An empty builder for `table`.
-    pub(super) fn new(table: Table, capacity: usize) -> Self {
-        let specs = table.columns();
+    /// An empty builder for `table`; `keyed`: the contract's columns then `recon_key`
+    /// (an incremental snapshot's files, [`crate::snapshot::chain`]).
+    pub(super) fn new(table: Table, keyed: bool, capacity: usize) -> Self {
+        let mut specs = table.columns().to_vec();
+        let schema = if keyed {
+            specs.push(KEY_SPEC);
+            crate::snapshot::chain::file_schema(table)
+        } else {
+            table.schema()
+        };
         let columns = specs.iter().map(|spec| new_column(spec.kind, capacity)).collect();
-        BatchBuilder { schema: table.schema(), specs, columns, rows: 0 }
+        BatchBuilder { schema, specs, columns, rows: 0 }
     }
 
-    /// The contract columns, in order.
-    pub(super) fn specs(&self) -> &'static [ColumnSpec] {
-        self.specs
+    /// The columns, in order.
+    pub(super) fn specs(&self) -> &[ColumnSpec] {
+        &self.specs
     }
 
     /// Rows appended since the last [`BatchBuilder::finish`].
@@ -164,7 +171,7 @@ mod tests {
 
     #[test]
     fn contract_breaks_are_invalid_values_and_kind_mix_ups_are_internal() {
-        let mut b = BatchBuilder::new(Table::Ledger, 4);
+        let mut b = BatchBuilder::new(Table::Ledger, false, 4);
         let null = "is NULL; the contract says it must not be".to_string();
         assert_eq!(b.push_text(0, None), Err(ValueError::Invalid(null)));
         let too_big = "value 4294967296 does not fit the contract's Int32".to_string();

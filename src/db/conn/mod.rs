@@ -91,6 +91,14 @@ impl Conn {
         crate::db::on_conn!(self, c, DB => sqlx::query_scalar(sql).fetch_one(c).await)
     }
 
+    /// Runs a query returning one text value or NULL.
+    pub(crate) async fn query_optional_text(
+        &mut self,
+        sql: &str,
+    ) -> Result<Option<String>, sqlx::Error> {
+        crate::db::on_conn!(self, c, DB => sqlx::query_scalar(sql).fetch_one(c).await)
+    }
+
     /// Closes the connection politely.
     pub(crate) async fn close(self) {
         let _ = crate::db::on_conn!(self, c, DB => c.close().await);
@@ -169,7 +177,7 @@ impl Conn {
     ) -> Result<u64, ReadError> {
         let Binds { lower, cut, offset_secs: offset } = read.binds;
         let mut sink = Sink {
-            builder: BatchBuilder::new(read.table, read.batch_rows),
+            builder: BatchBuilder::new(read.table, read.keyed, read.batch_rows),
             batch_rows: read.batch_rows,
             tx,
             rows: 0,
@@ -218,6 +226,8 @@ pub(crate) struct ChunkRead<'a> {
     pub binds: Binds,
     /// The table.
     pub table: Table,
+    /// The rows also carry `recon_key` (the last of `columns`).
+    pub keyed: bool,
     /// Rows per batch.
     pub batch_rows: usize,
 }

@@ -288,7 +288,7 @@ mod tests {
         let mut tables = Vec::new();
         for split in 0..data.len() {
             let mut rows = CopyRows::default();
-            let mut b = BatchBuilder::new(Table::StatusHistory, 2);
+            let mut b = BatchBuilder::new(Table::StatusHistory, false, 2);
             let mut pending = Vec::new();
             for part in [&data[..split], &data[split..]] {
                 pending.extend_from_slice(part);

@@ -43,6 +43,8 @@ pub(super) struct SourceJob {
     pub source: SourceConfig,
     /// Its bound parameters.
     pub binds: Binds,
+    /// The query returns `recon_key` too (an incremental snapshot's files).
+    pub keyed: bool,
     /// Where its files go.
     pub writer: TableWriter,
 }
@@ -207,6 +209,7 @@ struct ChunkJob {
     columns: Vec<ColumnRead>,
     binds: Binds,
     table: Table,
+    keyed: bool,
     batch_rows: usize,
     verify: bool,
     chunks: usize,
@@ -260,9 +263,9 @@ async fn worker(w: usize, mut conn: Conn, shared: Arc<Shared>) -> (usize, Conn) 
 /// `true` when something failed.
 async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool {
     // The writer is Send, not Sync: it is held by value, never borrowed across an await.
-    let SourceJob { index, source, binds, writer } = job;
+    let SourceJob { index, source, binds, keyed, writer } = job;
     let started = std::time::Instant::now();
-    let planned = plan(conn, &source, binds, &shared.settings).await;
+    let planned = plan(conn, &source, binds, keyed, &shared.settings).await;
     let (chunk_job, keys, count) = match planned {
         Ok(p) => p,
         Err(e) => {
@@ -309,6 +312,7 @@ async fn plan(
     conn: &mut Conn,
     source: &SourceConfig,
     binds: Binds,
+    keyed: bool,
     settings: &ExportSettings,
 ) -> Result<Plan, ExportError> {
     let (raw, parameters) = conn.describe(&source.query).await.map_err(ExportError::Describe)?;
@@ -322,7 +326,7 @@ async fn plan(
         Chunking::Pushed => raw,
         Chunking::Wrapped => conn.columns(&wrapped.data).await.map_err(ExportError::Describe)?,
     };
-    let columns = match_columns(source.table, &described)?;
+    let columns = match_columns(source.table, &described, keyed)?;
     let everything = (chunking == Chunking::Pushed).then_some((i64::MIN, i64::MAX));
     let count =
         conn.count(&wrapped.count_whole, binds, everything).await.map_err(ExportError::Plan)?;
@@ -345,6 +349,7 @@ async fn plan(
         columns,
         binds,
         table: source.table,
+        keyed,
         batch_rows: settings.batch_rows,
         verify: settings.verify_counts && keys.len() > 1,
         chunks: keys.len(),
@@ -388,6 +393,7 @@ async fn read_one(conn: &mut Conn, chunk: &Chunk) -> Result<u64, Option<ExportEr
         columns: &job.columns,
         binds: job.binds,
         table: job.table,
+        keyed: job.keyed,
         batch_rows: job.batch_rows,
     };
     let rows = match conn.read(&read, chunk.keys.bound(), &chunk.tx).await {

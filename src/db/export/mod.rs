@@ -25,6 +25,7 @@
 //!   manifest is incomplete and no reader uses it. No error text carries a password.
 
 mod chunks;
+mod incremental;
 mod progress;
 mod sort;
 
@@ -37,10 +38,14 @@ pub use super::error::{ExportError, WriteError};
 use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::events::Events;
-use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table};
+use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table, KEY_SPEC};
 use crate::storage::Location;
 use crate::time::Micros;
+use crate::events::Event;
+use crate::snapshot::chain::event_column;
 use chunks::{SourceJob, SourceOutcome};
+pub use incremental::ExportMode;
+use incremental::{Night, Probe};
 
 /// A validated export request.
 #[derive(Debug, Clone)]
@@ -77,40 +82,137 @@ pub struct ExportReport {
     pub sources: Vec<SourceReport>,
     /// Total rows.
     pub rows: u64,
+    /// What the night was (full, and why; incremental on which snapshot), for a job whose
+    /// sources can be read incrementally.
+    pub chain: Option<String>,
     /// Total time.
     pub elapsed: Duration,
 }
 
-/// Exports every source of the job into a snapshot at `plan.out`; the manifest is written last.
+/// Exports every source of the job into a snapshot at `plan.out`, incremental when the
+/// previous snapshot beside it allows ([`ExportMode::Auto`]); the manifest is written last.
 pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> {
+    export_with(plan, ExportMode::Auto, events).await
+}
+
+/// [`export`] with the choice between a full and an incremental read made by `mode`.
+pub async fn export_with(
+    plan: &ExportPlan,
+    mode: ExportMode,
+    events: &Events,
+) -> Result<ExportReport> {
     let started = Instant::now();
+    let job = &plan.job;
+    let (lower, cut) = job.bounds(plan.cut);
+    // Incremental nights need a key and a change column on every source (docs/JOB_CONFIG.md).
+    let chained = job.sources.iter().all(|s| s.change_columns().is_some());
+    let night = if chained {
+        Some(incremental::decide(job, &plan.out, plan.cut, lower, mode).await?)
+    } else {
+        if mode != ExportMode::Auto {
+            let lacking = job.sources.iter().find(|s| s.change_columns().is_none());
+            let label = lacking.map(SourceConfig::label).unwrap_or_default();
+            return Err(Error::config(
+                job.path.display(),
+                format!("--full and --verify-full are about incremental nights, which need key and changed_column on every [[source]]; {label} has none"),
+            ));
+        }
+        None
+    };
+    let shadow = match &night {
+        Some(Night::Incremental { seq, .. }) => {
+            let every = job.incremental.verify_full_every;
+            mode == ExportMode::VerifyFull || (every > 0 && seq % every == 0)
+        }
+        _ => false,
+    };
     let mut writer = SnapshotWriter::create(&plan.out, plan.cut, "export").await?;
-    let (lower, cut) = plan.job.bounds(plan.cut);
     writer.set_coverage_from(lower);
-    let settings = &plan.job.export;
+    let settings = &job.export;
+    let count = job.sources.len();
     let mut reports = BTreeMap::new();
-    for group in group_by_database(&plan.job.sources) {
-        let mut session = Session::open(&group, settings).await?;
-        let jobs = group
-            .iter()
-            .map(|&(index, source)| SourceJob {
+    let mut reads: Vec<incremental::SourceRead<'_>> = Vec::new();
+    for group in group_by_database(&job.sources) {
+        let (mut session, probe) = Session::open(&group, settings, night.is_some()).await?;
+        if night.is_some() {
+            if let Err(error) = session.check_change_columns(&group).await {
+                session.close().await;
+                return Err(error);
+            }
+        }
+        let mut jobs = Vec::new();
+        for &(index, source) in &group {
+            let stem = file_stem(job, source);
+            let normal = Binds { lower, cut, offset_secs: source.utc_offset_secs };
+            let Some(night) = &night else {
+                jobs.push(SourceJob {
+                    index,
+                    source: source.clone(),
+                    binds: normal,
+                    keyed: false,
+                    writer: writer.table(source.table, stem).with_rows_per_file(settings.rows_per_file),
+                });
+                continue;
+            };
+            let (key, changed) = source.change_columns().unwrap_or_default();
+            let keyed = dialect::keyed_query(source.driver, &source.query, key);
+            let (query, binds) = match (night, night.since(source)) {
+                (Night::Incremental { previous, .. }, Some(since)) => {
+                    let literal = |t| dialect::time_literal(source.driver, t, source.utc_offset_secs);
+                    let columns = dialect::DeltaColumns {
+                        key,
+                        event: event_column(source.table),
+                        changed,
+                    };
+                    let since = dialect::changed_literal(source.driver, since, source.utc_offset_secs);
+                    let query = dialect::delta_query(
+                        source.driver,
+                        &source.query,
+                        columns,
+                        &literal(previous.cut),
+                        &literal(cut),
+                        &since,
+                    );
+                    // The source's own bounds wide open: a row whose event time moved out
+                    // of the window must still be read, to supersede its old version.
+                    (query, Binds { lower: WIDE_LOWER, cut: WIDE_UPPER, ..normal })
+                }
+                _ => (keyed.clone(), normal),
+            };
+            jobs.push(SourceJob {
                 index,
-                source: source.clone(),
-                binds: Binds { lower, cut, offset_secs: source.utc_offset_secs },
-                writer: writer
-                    .table(source.table, file_stem(&plan.job, source))
-                    .with_rows_per_file(settings.rows_per_file),
-            })
-            .collect();
+                source: SourceConfig { query, ..source.clone() },
+                binds,
+                keyed: true,
+                writer: writer.keyed_table(source.table, stem).with_rows_per_file(settings.rows_per_file),
+            });
+            if shadow {
+                let full_stem = format!("full-{}", stem.unwrap_or(&source.name));
+                jobs.push(SourceJob {
+                    index: index + count,
+                    source: SourceConfig { query: keyed, ..source.clone() },
+                    binds: normal,
+                    keyed: true,
+                    writer: writer
+                        .keyed_table(source.table, Some(&full_stem))
+                        .with_rows_per_file(settings.rows_per_file),
+                });
+            }
+        }
         let outcomes = session.export_sources(jobs, settings, events).await;
         session.close().await;
         let written = first_failure(outcomes).map_err(|(index, e)| {
-            let source = plan.job.sources.get(index).unwrap_or(group[0].1);
+            let source = job.sources.get(index % count.max(1)).unwrap_or(group[0].1);
             source_error(source, &session.target, e)
         })?;
         for (index, w) in written {
-            let source = &plan.job.sources[index];
-            writer.add(source.table, w.files);
+            let source = &job.sources[index % count];
+            if index >= count {
+                if let Some(read) = reads.iter_mut().find(|r| std::ptr::eq(r.source, source)) {
+                    read.shadow = Some(w.files);
+                }
+                continue;
+            }
             let report = SourceReport {
                 label: source.label(),
                 rows: w.rows,
@@ -118,8 +220,29 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
                 elapsed: w.elapsed,
             };
             reports.insert(index, report);
+            if night.is_some() {
+                reads.push(incremental::SourceRead {
+                    source,
+                    files: w.files,
+                    shadow: None,
+                    rows_read: w.rows,
+                    probe: probe.clone(),
+                });
+            } else {
+                writer.add(source.table, w.files);
+            }
         }
     }
+    let chain_line = match &night {
+        Some(night) => {
+            reads.sort_by_key(|r| job.sources.iter().position(|s| std::ptr::eq(s, r.source)));
+            let tonight = incremental::Tonight { job, night, shadow, lower, cut };
+            let line = incremental::finish(&mut writer, tonight, reads).await?;
+            events.emit(Event::ExportChain(line.clone()));
+            Some(line)
+        }
+        None => None,
+    };
     let manifest = writer.finish().await?;
     let sources: Vec<SourceReport> = reports.into_values().collect();
     let rows = sources.iter().map(|s| s.rows).sum();
@@ -128,9 +251,14 @@ pub async fn export(plan: &ExportPlan, events: &Events) -> Result<ExportReport> 
         manifest,
         sources,
         rows,
+        chain: chain_line,
         elapsed: started.elapsed(),
     })
 }
+
+/// The source's own bounds on a night of a chain: every event time.
+const WIDE_LOWER: Micros = -30_610_137_600_000_000; // 1000-01-02T00:00:00Z
+const WIDE_UPPER: Micros = 253_402_128_000_000_000; // 9999-12-30T00:00:00Z
 
 /// The sources' files in config order, or the failure to report: the first in config
 /// order that is a cause, not a source stopped because of another's failure.
@@ -195,7 +323,13 @@ struct Session {
 }
 
 impl Session {
-    async fn open(group: &Group<'_>, settings: &ExportSettings) -> Result<Session> {
+    /// Connects, probes the watermark when `probe` (before any read transaction starts),
+    /// then opens the read transactions.
+    async fn open(
+        group: &Group<'_>,
+        settings: &ExportSettings,
+        probe: bool,
+    ) -> Result<(Session, Probe)> {
         let first = group[0].1;
         let password = match &first.password_env {
             Some(var) => Some(std::env::var(var).map_err(|_| Error::Source {
@@ -222,12 +356,114 @@ impl Session {
             );
         }
         let mut session = Session { conns, target };
+        let probed = if probe { session.probe().await } else { Probe::default() };
         if let Err(message) = session.begin().await {
             let error = source_error(first, &session.target, message);
             session.close().await;
             return Err(error);
         }
-        Ok(session)
+        Ok((session, probed))
+    }
+
+    /// Every source's query returns its key and change columns (checked before any row
+    /// is read, so a typo in the job config names the column, not a database error).
+    async fn check_change_columns(&mut self, group: &Group<'_>) -> Result<()> {
+        let Some(conn) = self.conns.first_mut() else { return Ok(()) };
+        for &(_, source) in group {
+            let Some((key, changed)) = source.change_columns() else { continue };
+            let columns = conn
+                .columns(&source.query)
+                .await
+                .map_err(|e| source_error(source, &self.target, ExportError::Describe(e)))?;
+            for (role, name) in [("key", key), ("changed_column", changed)] {
+                if !columns.iter().any(|c| c.name.eq_ignore_ascii_case(name)) {
+                    let returned: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                    return Err(Error::Source {
+                        source_name: source.name.clone(),
+                        table: source.table.name().into(),
+                        message: format!(
+                            "the query returns no column '{name}' ({role} in the job config; it returns: {}); select it, or fix the name",
+                            returned.join(", ")
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The database's time and the start of its oldest open transaction
+    /// ([`dialect::probe_statements`]); what it cannot read goes into the note, and a
+    /// probe without the oldest transaction has no time either (no watermark: the next
+    /// night is a full export).
+    async fn probe(&mut self) -> Probe {
+        let driver = self.target.driver;
+        let offset = self.target.offset_secs;
+        let scrub = |e: sqlx::Error| self.target.scrub(&e.to_string());
+        let Some(conn) = self.conns.first_mut() else { return Probe::default() };
+        let [now_sql, age_sql] = dialect::probe_statements(driver);
+        let now = match conn.query_optional_text(now_sql).await {
+            Ok(Some(text)) => {
+                let zone = if driver == Driver::MySql { offset } else { 0 };
+                crate::time::parse_local(&text, zone)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                return Probe {
+                    note: Some(format!("the database's time cannot be read: {}", scrub(e))),
+                    ..Probe::default()
+                }
+            }
+        };
+        let Some(now) = now else {
+            return Probe { note: Some("the database's time cannot be read".into()), ..Probe::default() };
+        };
+        if driver == Driver::Sqlite {
+            let note = "SQLite shows no open transactions: the margin must cover the longest write transaction";
+            return Probe { now: Some(now), oldest: None, note: Some(note.into()) };
+        }
+        if driver == Driver::Postgres {
+            match conn.query_optional_text(dialect::PG_SEES_ALL_ACTIVITY).await {
+                Ok(Some(yes)) if yes == "yes" => {}
+                Ok(_) => {
+                    let note = "the oldest open transaction cannot be seen: the role needs pg_read_all_stats (or superuser) to see other sessions in pg_stat_activity";
+                    return Probe { note: Some(note.into()), ..Probe::default() };
+                }
+                Err(e) => {
+                    return Probe {
+                        note: Some(format!("the role's privileges cannot be read: {}", scrub(e))),
+                        ..Probe::default()
+                    }
+                }
+            }
+        }
+        let mysql = driver == Driver::MySql;
+        if mysql {
+            if let Err(e) = conn.execute(dialect::MYSQL_SESSION_ZONE_SYSTEM).await {
+                return Probe { note: Some(format!("SET time_zone = SYSTEM failed: {}", scrub(e))), ..Probe::default() };
+            }
+        }
+        let age = conn.query_optional_text(age_sql).await;
+        if mysql {
+            let back = dialect::mysql_set_time_zone(&crate::time::format_offset(offset));
+            if let Err(e) = conn.execute(&back).await {
+                return Probe { note: Some(format!("restoring the session zone failed: {}", scrub(e))), ..Probe::default() };
+            }
+        }
+        match age {
+            Ok(None) => Probe { now: Some(now), oldest: None, note: None },
+            Ok(Some(text)) => match text.trim().parse::<i64>() {
+                Ok(age) => Probe { now: Some(now), oldest: Some(now - age.max(0)), note: None },
+                Err(_) => Probe { note: Some(format!("the oldest transaction's age '{text}' is not a number")), ..Probe::default() },
+            },
+            Err(e) => {
+                let privilege = if mysql { "; reading information_schema.INNODB_TRX needs the PROCESS privilege" } else { "" };
+                Probe {
+                    note: Some(format!("the oldest open transaction cannot be read: {}{privilege}", scrub(e))),
+                    ..Probe::default()
+                }
+            }
+        }
     }
 
     async fn begin(&mut self) -> Result<(), ExportError> {
@@ -292,9 +528,15 @@ impl Session {
 }
 
 /// The contract columns found in the query's result, with a decoder each.
-fn match_columns(table: Table, described: &[ResultColumn]) -> Result<Vec<ColumnRead>, ExportError> {
-    let mut reads = Vec::with_capacity(table.columns().len());
-    for spec in table.columns() {
+/// `keyed`: `recon_key` too, after them (the exporter's own column of an incremental snapshot).
+fn match_columns(
+    table: Table,
+    described: &[ResultColumn],
+    keyed: bool,
+) -> Result<Vec<ColumnRead>, ExportError> {
+    let mut reads = Vec::with_capacity(table.columns().len() + 1);
+    let key = keyed.then_some(&KEY_SPEC);
+    for spec in table.columns().iter().chain(key) {
         let found =
             described.iter().enumerate().find(|(_, c)| c.name.eq_ignore_ascii_case(spec.name));
         let Some((ordinal, column)) = found else {

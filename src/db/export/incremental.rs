@@ -1,0 +1,730 @@
+//! Incremental nights (docs/CONTRACT.md "Incremental snapshots"): whether tonight may
+//! follow the previous snapshot under the same root, the watermark, and everything that
+//! turns the segment a night read into a complete `@2` manifest.
+//!
+//! * [`decide`]: the previous snapshot (the latest complete `snapshot=<cut>` before this
+//!   cut) must be an `@2` export of the same sources (key, change column, query, URL,
+//!   timezone), with a watermark per source, a `coverage_from` no later than tonight's,
+//!   and every file it lists present with its size and SHA-256. Anything else is a full
+//!   export, and the reason is one line (in the output and in the manifest).
+//! * The watermark ([`Probe`]): the database's time and the start of its oldest open
+//!   transaction, read just before the export's read transactions start, minus the margin.
+//!   Every row the export's snapshot cannot see was written by a transaction open at the
+//!   probe or started after it, so the next night's `changed >= watermark` reads it.
+//! * [`finish`]: per source, the keys that supersede an earlier version, the files the
+//!   lookback still needs, the live row count, checked against the previous night's, and
+//!   for a shadow check, the first difference from the full export read in the same
+//!   transactions.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::prelude::{col, DataFrame, SessionContext};
+use object_store::ObjectStoreExt;
+use sha2::{Digest, Sha256};
+
+use crate::config::job::{JobConfig, SourceConfig};
+use crate::error::{Error, Result};
+use crate::snapshot::chain::{
+    self, event_column, Chain, KeysFile, SegmentFile, Shadow, SourceMark, SourceSegments,
+    KEY_COLUMN,
+};
+use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
+use crate::storage::Location;
+use crate::time::{format_compact, format_instant, parse_instant, Micros, SECOND_MICROS};
+
+/// How an export chooses between a full and an incremental read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportMode {
+    /// Incremental when the previous snapshot allows it, with the shadow check every
+    /// `verify_full_every` nights of a chain.
+    #[default]
+    Auto,
+    /// Always a full export (`--full`).
+    Full,
+    /// Incremental when allowed, and a full export read beside it and compared
+    /// (`nightly --verify-full`): the chain rebases on the full export.
+    VerifyFull,
+}
+
+/// The snapshot tonight follows.
+#[derive(Debug, Clone)]
+pub(super) struct Previous {
+    /// Its folder name under the root (`snapshot=<cut>`).
+    pub folder: String,
+    /// Its location.
+    pub location: Location,
+    /// Its manifest and chain.
+    pub manifest: SnapshotManifest,
+    pub chain: Chain,
+    /// Its cut.
+    pub cut: Micros,
+}
+
+/// What tonight reads.
+#[derive(Debug, Clone)]
+pub(super) enum Night {
+    /// Every row of the lookback, for `reason`.
+    Full { reason: String },
+    /// The window since the previous cut plus what changed since its watermarks.
+    Incremental { previous: Box<Previous>, seq: u32 },
+}
+
+impl Night {
+    /// The previous night's watermark of `source` (incremental nights only).
+    pub(super) fn since(&self, source: &SourceConfig) -> Option<Micros> {
+        let Night::Incremental { previous, .. } = self else { return None };
+        let mark = previous.chain.sources.get(&source.label())?;
+        mark.watermark.as_deref().and_then(|w| parse_instant(w).ok())
+    }
+}
+
+/// The watermark probe of one database.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Probe {
+    /// The database's time (UTC µs).
+    pub now: Option<Micros>,
+    /// The oldest open transaction's start (UTC µs).
+    pub oldest: Option<Micros>,
+    /// What the probe could not see, or why it failed.
+    pub note: Option<String>,
+}
+
+impl Probe {
+    /// `min(now, oldest) - margin`, when the probe read the time.
+    pub(super) fn watermark(&self, margin: Micros) -> Option<Micros> {
+        let now = self.now?;
+        Some(self.oldest.map_or(now, |o| o.min(now)) - margin)
+    }
+}
+
+/// Test-only: `EFFECT_RECON_TEST_WATERMARK=naive` drops the open-transaction term and the
+/// margin, so the reliability suite can show that the chain then misses rows.
+pub(super) fn naive_watermark() -> bool {
+    std::env::var("EFFECT_RECON_TEST_WATERMARK").is_ok_and(|v| v == "naive")
+}
+
+/// A source's identity across nights: its table, URL, timezone and query.
+pub(super) fn identity(source: &SourceConfig) -> String {
+    let text = format!(
+        "{}\n{}\n{}\n{}",
+        source.table.name(),
+        source.url,
+        source.utc_offset_secs,
+        source.query
+    );
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// Whether tonight can follow the previous snapshot under `out`'s parent folder.
+pub(super) async fn decide(
+    job: &JobConfig,
+    out: &Location,
+    cut: Micros,
+    lower: Micros,
+    mode: ExportMode,
+) -> Result<Night> {
+    let full = |reason: String| Ok(Night::Full { reason });
+    if mode == ExportMode::Full {
+        return full("--full".into());
+    }
+    let Some(root) = out.parent() else {
+        return full("the snapshot folder has no parent folder to find a previous night in".into());
+    };
+    let previous = match latest_before(&root, out, cut).await? {
+        None => {
+            return full(format!(
+                "first night: no earlier complete snapshot under {}",
+                root.display("")
+            ))
+        }
+        Some(Err(e)) => return full(format!("the previous snapshot cannot be read: {e}")),
+        Some(Ok(previous)) => previous,
+    };
+    let name = &previous.folder;
+    let Some(chain) = previous.manifest.chain.clone() else {
+        return full(format!(
+            "the previous snapshot {name} is not incremental (format {}, written by {})",
+            previous.manifest.format,
+            previous.manifest.created_by.as_deref().unwrap_or("?")
+        ));
+    };
+    for source in &job.sources {
+        let label = source.label();
+        let Some(mark) = chain.sources.get(&label) else {
+            return full(format!("{label} is new since the previous snapshot {name}"));
+        };
+        let (key, changed) = source.change_columns().unwrap_or_default();
+        if mark.key != key {
+            return full(format!("the key of {label} changed ({} → {key})", mark.key));
+        }
+        if mark.changed_column != changed {
+            return full(format!(
+                "the change column of {label} changed ({} → {changed})",
+                mark.changed_column
+            ));
+        }
+        if mark.identity != identity(source) {
+            return full(format!(
+                "the query, URL or timezone of {label} changed since the previous snapshot {name}"
+            ));
+        }
+        if mark.watermark.is_none() {
+            let why = mark.probe_note.as_deref().unwrap_or("no watermark recorded");
+            return full(format!("the previous snapshot {name} has no watermark for {label}: {why}"));
+        }
+    }
+    if chain.sources.len() != job.sources.len() {
+        return full(format!("a source of the previous snapshot {name} is gone from the job"));
+    }
+    let previous_lower = parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
+        .unwrap_or(Micros::MAX);
+    if lower < previous_lower {
+        return full(format!(
+            "the lookback reaches back further than the previous snapshot {name} holds ({} < {})",
+            format_instant(lower),
+            format_instant(previous_lower)
+        ));
+    }
+    if let Some(problem) = check_files(&previous).await? {
+        return full(format!("the previous snapshot {name}: {problem}"));
+    }
+    let seq = chain.seq + 1;
+    Ok(Night::Incremental { previous: Box::new(Previous { chain, ..previous }), seq })
+}
+
+/// The latest complete `snapshot=<cut>` folder beside `out` whose cut is before `cut`.
+async fn latest_before(
+    root: &Location,
+    out: &Location,
+    cut: Micros,
+) -> Result<Option<std::result::Result<Previous, Error>>> {
+    let own = format!("snapshot={}", format_compact(cut));
+    let out_name = out.display("").rsplit('/').next().unwrap_or("").to_string();
+    let mut folders: Vec<String> = root
+        .list_folders()
+        .await?
+        .into_iter()
+        .filter(|f| f.starts_with("snapshot=") && *f != own && *f != out_name)
+        .collect();
+    folders.sort();
+    for folder in folders.into_iter().rev() {
+        let location = root.join(&folder);
+        if !location.exists(MANIFEST).await? {
+            continue;
+        }
+        let snapshot = match Snapshot::open(&location).await {
+            Ok(snapshot) => snapshot,
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        if snapshot.cut() >= cut {
+            continue;
+        }
+        let manifest = snapshot.manifest().clone();
+        let chain = manifest.chain.clone().unwrap_or_else(empty_chain);
+        return Ok(Some(Ok(Previous { folder, location, manifest, chain, cut: snapshot.cut() })));
+    }
+    Ok(None)
+}
+
+fn empty_chain() -> Chain {
+    Chain {
+        seq: 0,
+        mode: String::new(),
+        reason: None,
+        previous: None,
+        sources: BTreeMap::new(),
+        files: BTreeMap::new(),
+        keys: Vec::new(),
+        live_rows: BTreeMap::new(),
+        shadow: None,
+    }
+}
+
+/// Every file the previous manifest lists, present with its size and SHA-256; `Some`
+/// names the first that is not.
+async fn check_files(previous: &Previous) -> Result<Option<String>> {
+    let listed = previous.manifest.tables.values().flat_map(|t| &t.files);
+    let mut files: Vec<(&str, &str, u64)> = Vec::new();
+    for file in listed {
+        let Some(meta) = previous.chain.files.get(&file.path) else {
+            return Ok(Some(format!("{} is not in its chain's files", file.path)));
+        };
+        files.push((&file.path, &file.sha256, meta.bytes));
+    }
+    files.extend(previous.chain.keys.iter().map(|k| (k.path.as_str(), k.sha256.as_str(), k.bytes)));
+    for (path, sha256, bytes) in files {
+        let object = previous.location.path(path);
+        let store = previous.location.store();
+        let got = match store.get(&object).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Ok(Some(format!("file {path} is listed but absent")))
+            }
+            Err(e) => return Err(Error::store(previous.location.display(path), e)),
+        };
+        let body = got.bytes().await.map_err(|e| Error::store(previous.location.display(path), e))?;
+        if body.len() as u64 != bytes {
+            return Ok(Some(format!(
+                "file {path} has {} bytes, the manifest says {bytes}",
+                body.len()
+            )));
+        }
+        if hex::encode(Sha256::digest(&body)) != sha256 {
+            return Ok(Some(format!("file {path} does not match its SHA-256 in the manifest")));
+        }
+    }
+    Ok(None)
+}
+
+/// What one source's read produced tonight.
+pub(super) struct SourceRead<'a> {
+    /// The source.
+    pub source: &'a SourceConfig,
+    /// The files of tonight's segment.
+    pub files: Vec<FileEntry>,
+    /// The files of the full export read beside it (a shadow check).
+    pub shadow: Option<Vec<FileEntry>>,
+    /// Rows read from the database (tonight's segment).
+    pub rows_read: u64,
+    /// Its database's probe.
+    pub probe: Probe,
+}
+
+/// Everything [`finish`] needs besides the reads.
+pub(super) struct Tonight<'a> {
+    pub job: &'a JobConfig,
+    pub night: &'a Night,
+    pub shadow: bool,
+    pub lower: Micros,
+    pub cut: Micros,
+}
+
+/// A source's files in one candidate manifest: `(path in the manifest, entry, meta)`.
+type Listed = Vec<(String, FileEntry, SegmentFile)>;
+
+/// Completes the `@2` manifest of tonight's segment in `writer`; returns the line that
+/// says what the night was.
+pub(super) async fn finish(
+    writer: &mut SnapshotWriter,
+    tonight: Tonight<'_>,
+    reads: Vec<SourceRead<'_>>,
+) -> Result<String> {
+    let Tonight { job, night, shadow, lower, cut } = tonight;
+    let location = writer.location().clone();
+    let ctx = SessionContext::new();
+    ctx.register_object_store(location.store_url(), Arc::clone(location.store()));
+    let margin = if naive_watermark() { 0 } else { job.incremental.margin };
+
+    let (seq, previous) = match night {
+        Night::Full { .. } => (0, None),
+        Night::Incremental { previous, seq } => (*seq, Some(previous.as_ref())),
+    };
+    let mut chain = Chain {
+        seq,
+        mode: if previous.is_some() { "incremental" } else { "full" }.into(),
+        reason: match night {
+            Night::Full { reason } => Some(reason.clone()),
+            Night::Incremental { .. } => None,
+        },
+        previous: previous.map(|p| p.folder.clone()),
+        ..empty_chain()
+    };
+    let mut tables: BTreeMap<Table, Vec<FileEntry>> = BTreeMap::new();
+    // Per source: the incremental candidate, and the shadow's full one.
+    let mut candidates: Vec<(String, Table, Listed, Vec<KeysFile>)> = Vec::new();
+    let mut shadows: Vec<(String, Table, Listed)> = Vec::new();
+    let mut total_read = 0;
+    for read in &reads {
+        let source = read.source;
+        let label = source.label();
+        let table = source.table;
+        let (key, changed) = source.change_columns().unwrap_or_default();
+        total_read += read.rows_read;
+        let own = describe_files(&ctx, &location, &read.files, &label, seq, table).await?;
+        check_unique_keys(&ctx, &location, &own, source).await?;
+        let mut listed: Listed = Vec::new();
+        let mut keys: Vec<KeysFile> = Vec::new();
+        if let Some(previous) = previous {
+            let carried = carried_files(previous, &label, lower);
+            let superseding = superseding_keys(&ctx, &location, &own, &carried).await?;
+            if superseding.num_rows() > 0 {
+                keys.push(write_keys(writer, source, seq, &superseding).await?);
+            }
+            // A keys file is needed while an earlier segment it supersedes is listed.
+            let oldest = carried.iter().map(|(_, _, m)| m.seq).min().unwrap_or(seq);
+            for k in previous.chain.keys.iter().filter(|k| k.source == label && k.seq > oldest) {
+                keys.push(KeysFile { path: sibling(&previous.folder, &k.path), ..k.clone() });
+            }
+            listed.extend(carried);
+        }
+        listed.extend(own.iter().cloned());
+        candidates.push((label.clone(), table, listed, keys));
+        if let Some(files) = &read.shadow {
+            let full = describe_files(&ctx, &location, files, &label, 0, table).await?;
+            check_unique_keys(&ctx, &location, &full, source).await?;
+            shadows.push((label.clone(), table, full));
+        }
+        let watermark = read.probe.watermark(margin);
+        chain.sources.insert(
+            label.clone(),
+            SourceMark {
+                key: key.to_string(),
+                changed_column: changed.to_string(),
+                identity: identity(source),
+                probe_time: read.probe.now.map(format_instant),
+                oldest_open_transaction: read.probe.oldest.map(format_instant),
+                margin_secs: (margin / SECOND_MICROS) as u64,
+                watermark: watermark.map(format_instant),
+                probe_note: read.probe.note.clone(),
+                read_changes_since: night.since(source).map(format_instant),
+                rows_read: read.rows_read,
+            },
+        );
+    }
+
+    // Live rows per source: the counts `run` reports.
+    for (label, table, listed, keys) in &candidates {
+        let live = count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?).await?;
+        chain.live_rows.insert(label.clone(), live);
+    }
+
+    let line;
+    if shadow {
+        let difference = first_difference(&ctx, &location, &candidates, &shadows, (lower, cut)).await?;
+        chain.shadow = Some(Shadow {
+            result: if difference.is_some() { "differs" } else { "equal" }.into(),
+            first_difference: difference.clone(),
+            incremental_rows: chain.live_rows.clone(),
+        });
+        // The chain rebases on the full export either way: tonight's manifest lists it.
+        chain.seq = 0;
+        chain.mode = "full".into();
+        chain.previous = previous.map(|p| p.folder.clone());
+        candidates = shadows.into_iter().map(|(l, t, files)| (l, t, files, Vec::new())).collect();
+        chain.live_rows.clear();
+        for (label, table, listed, _) in &candidates {
+            let live = count(live_rows(&ctx, &location, *table, listed, &[], (lower, cut), false)?).await?;
+            chain.live_rows.insert(label.clone(), live);
+        }
+        line = match difference {
+            None => "export: shadow check: the incremental chain equals a full export of the same state; the chain rebases on the full export".to_string(),
+            Some(d) => format!("export: shadow check FAILED: the incremental chain differs from the full export ({d}); the snapshot is the full export and the run will be INCOMPLETE"),
+        };
+    } else {
+        line = match night {
+            Night::Full { reason } => format!("export: full export ({reason})"),
+            Night::Incremental { previous, seq } => format!(
+                "export: incremental, segment {seq} on {}: {total_read} rows read from the databases",
+                previous.folder
+            ),
+        };
+    }
+    for (_, table, listed, keys) in candidates {
+        for (path, entry, meta) in listed {
+            chain.files.insert(path.clone(), meta);
+            tables.entry(table).or_default().push(FileEntry { path, ..entry });
+        }
+        chain.keys.extend(keys);
+    }
+    for (table, files) in tables {
+        writer.add(table, files);
+    }
+    writer.set_chain(chain);
+    Ok(line)
+}
+
+/// `path` of a manifest in sibling folder `folder`, as tonight's manifest lists it.
+fn sibling(folder: &str, path: &str) -> String {
+    if path.starts_with("../") {
+        path.to_string()
+    } else {
+        format!("../{folder}/{path}")
+    }
+}
+
+/// The previous night's files of `label` that the lookback still needs.
+fn carried_files(previous: &Previous, label: &str, lower: Micros) -> Listed {
+    let mut carried = Listed::new();
+    for file in previous.manifest.tables.values().flat_map(|t| &t.files) {
+        let Some(meta) = previous.chain.files.get(&file.path) else { continue };
+        if meta.source != label {
+            continue;
+        }
+        let needed = meta.max_event.as_deref().and_then(|m| parse_instant(m).ok()).is_some_and(|m| m > lower);
+        if needed {
+            let path = sibling(&previous.folder, &file.path);
+            carried.push((path.clone(), FileEntry { path, ..file.clone() }, meta.clone()));
+        }
+    }
+    carried
+}
+
+/// Tonight's files of one source with their sizes and latest event times.
+async fn describe_files(
+    ctx: &SessionContext,
+    location: &Location,
+    files: &[FileEntry],
+    label: &str,
+    seq: u32,
+    table: Table,
+) -> Result<Listed> {
+    let mut listed = Listed::new();
+    for file in files {
+        let path = location.path(&file.path);
+        let meta = location
+            .store()
+            .head(&path)
+            .await
+            .map_err(|e| Error::store(location.display(&file.path), e))?;
+        let frame = files_frame(ctx, location, &[file.path.clone()], chain::file_schema(table))?;
+        let max_event = max_instant(frame, event_column(table)).await?;
+        listed.push((
+            file.path.clone(),
+            file.clone(),
+            SegmentFile {
+                source: label.to_string(),
+                seq,
+                bytes: meta.size,
+                max_event: max_event.map(format_instant),
+            },
+        ));
+    }
+    Ok(listed)
+}
+
+/// One frame over Parquet files of `location` (paths relative to it) with `schema`.
+fn files_frame(
+    ctx: &SessionContext,
+    location: &Location,
+    paths: &[String],
+    schema: SchemaRef,
+) -> Result<DataFrame> {
+    let context = |e| Error::query(format!("reading {}", location.display("")), e);
+    let urls = paths
+        .iter()
+        .map(|p| ListingTableUrl::parse(location.url(p)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(context)?;
+    let options =
+        ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config =
+        ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
+    let table = ListingTable::try_new(config).map_err(context)?;
+    ctx.read_table(Arc::new(table)).map_err(context)
+}
+
+async fn collect(frame: DataFrame, what: &str) -> Result<Vec<RecordBatch>> {
+    frame.collect().await.map_err(|e| Error::query(what.to_string(), e))
+}
+
+async fn max_instant(frame: DataFrame, column: &str) -> Result<Option<Micros>> {
+    let context = |e| Error::query(format!("the latest {column}"), e);
+    let frame = frame
+        .aggregate(vec![], vec![datafusion::functions_aggregate::expr_fn::max(col(column))])
+        .map_err(context)?;
+    let batches = collect(frame, "the latest event time").await?;
+    let Some(batch) = batches.first().filter(|b| b.num_rows() > 0) else { return Ok(None) };
+    let values = batch.column(0).as_primitive::<TimestampMicrosecondType>();
+    Ok((!values.is_null(0)).then(|| values.value(0)))
+}
+
+async fn count(frame: DataFrame) -> Result<u64> {
+    let n = frame.count().await.map_err(|e| Error::query("counting live rows", e))?;
+    Ok(n as u64)
+}
+
+/// Tonight's rows of a source hold each key once; a repeated key is bad input.
+async fn check_unique_keys(
+    ctx: &SessionContext,
+    location: &Location,
+    own: &Listed,
+    source: &SourceConfig,
+) -> Result<()> {
+    if own.is_empty() {
+        return Ok(());
+    }
+    let paths: Vec<String> = own.iter().map(|(p, _, _)| p.clone()).collect();
+    let frame = files_frame(ctx, location, &paths, chain::file_schema(source.table))?;
+    let context = |e| Error::query("checking that keys are unique", e);
+    let n = datafusion::functions_aggregate::expr_fn::count(col(KEY_COLUMN)).alias("n");
+    let repeated = frame
+        .aggregate(vec![col(KEY_COLUMN)], vec![n])
+        .and_then(|f| f.filter(col("n").gt(datafusion::prelude::lit(1i64))))
+        .and_then(|f| f.sort(vec![col(KEY_COLUMN).sort(true, false)]))
+        .and_then(|f| f.limit(0, Some(1)))
+        .map_err(context)?;
+    let batches = collect(repeated, "checking that keys are unique").await?;
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(()) };
+    let key = batch.column(0).as_string::<i32>().value(0).to_string();
+    let copies = batch.column(1).as_primitive::<datafusion::arrow::datatypes::Int64Type>().value(0);
+    Err(Error::Source {
+        source_name: source.name.clone(),
+        table: source.table.name().into(),
+        message: format!(
+            "key column {} is not unique: '{key}' is on {copies} rows of one read (the key must identify one row)",
+            source.key.as_deref().unwrap_or("?")
+        ),
+    })
+}
+
+/// Tonight's keys that an earlier file of the chain also holds: tonight's versions
+/// supersede those.
+async fn superseding_keys(
+    ctx: &SessionContext,
+    location: &Location,
+    own: &Listed,
+    carried: &Listed,
+) -> Result<RecordBatch> {
+    let empty = RecordBatch::new_empty(chain::keys_schema());
+    if own.is_empty() || carried.is_empty() {
+        return Ok(empty);
+    }
+    let table = table_of(&own[0].1.path);
+    let schema = chain::file_schema(table);
+    let new_paths: Vec<String> = own.iter().map(|(p, _, _)| p.clone()).collect();
+    let old_paths: Vec<String> = carried.iter().map(|(p, _, _)| p.clone()).collect();
+    let context = |e| Error::query("finding the keys tonight supersedes", e);
+    let new = files_frame(ctx, location, &new_paths, Arc::clone(&schema))?
+        .select(vec![col(KEY_COLUMN)])
+        .map_err(context)?;
+    let old = files_frame(ctx, location, &old_paths, schema)?
+        .select(vec![col(KEY_COLUMN).alias("earlier_key")])
+        .map_err(context)?;
+    let keys = new
+        .join(old, datafusion::common::JoinType::LeftSemi, &[KEY_COLUMN], &["earlier_key"], None)
+        .and_then(|f| f.distinct())
+        .and_then(|f| f.sort(vec![col(KEY_COLUMN).sort(true, false)]))
+        .map_err(context)?;
+    let batches = collect(keys, "finding the keys tonight supersedes").await?;
+    datafusion::arrow::compute::concat_batches(&chain::keys_schema(), &batches)
+        .map_err(|e| Error::Internal(format!("keys: {e}")))
+}
+
+fn table_of(path: &str) -> Table {
+    path.split('/').find_map(Table::from_name).unwrap_or(Table::Ledger)
+}
+
+async fn write_keys(
+    writer: &SnapshotWriter,
+    source: &SourceConfig,
+    seq: u32,
+    keys: &RecordBatch,
+) -> Result<KeysFile> {
+    let mut parts = writer.keys_writer(source.table, &source.name);
+    parts.write(keys).await?;
+    let files = parts.finish().await?;
+    let file = files.into_iter().next().ok_or_else(|| Error::Internal("no keys file".into()))?;
+    let location = writer.location();
+    let meta = location
+        .store()
+        .head(&location.path(&file.path))
+        .await
+        .map_err(|e| Error::store(location.display(&file.path), e))?;
+    Ok(KeysFile {
+        path: file.path,
+        source: source.label(),
+        seq,
+        rows: file.rows,
+        bytes: meta.size,
+        sha256: file.sha256,
+    })
+}
+
+/// The live rows of one source in a candidate manifest.
+fn live_rows(
+    ctx: &SessionContext,
+    location: &Location,
+    table: Table,
+    listed: &Listed,
+    keys: &[KeysFile],
+    window: (Micros, Micros),
+    keep_key: bool,
+) -> Result<DataFrame> {
+    let schema = chain::file_schema(table);
+    let mut by_seq: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (path, _, meta) in listed {
+        by_seq.entry(meta.seq).or_default().push(path.clone());
+    }
+    if by_seq.is_empty() {
+        // No file: an empty frame of the right shape.
+        let empty = RecordBatch::new_empty(Arc::clone(&schema));
+        let frame = ctx.read_batch(empty).map_err(|e| Error::query("an empty source", e))?;
+        let segments = SourceSegments { segments: vec![(0, frame)], keys: Vec::new() };
+        return chain::live_frame(table, segments, window, keep_key);
+    }
+    let mut segments = Vec::new();
+    for (seq, paths) in by_seq {
+        segments.push((seq, files_frame(ctx, location, &paths, Arc::clone(&schema))?));
+    }
+    let mut key_frames = Vec::new();
+    for k in keys {
+        key_frames.push((k.seq, files_frame(ctx, location, &[k.path.clone()], chain::keys_schema())?));
+    }
+    chain::live_frame(table, SourceSegments { segments, keys: key_frames }, window, keep_key)
+}
+
+/// The first difference between the chain's live rows and the full export's, source by
+/// source in config order, by key: `ledger[fulfilment] key 'm-1': column action …`.
+async fn first_difference(
+    ctx: &SessionContext,
+    location: &Location,
+    candidates: &[(String, Table, Listed, Vec<KeysFile>)],
+    shadows: &[(String, Table, Listed)],
+    window: (Micros, Micros),
+) -> Result<Option<String>> {
+    for ((label, table, listed, keys), (_, _, full)) in candidates.iter().zip(shadows) {
+        let chain_rows = live_rows(ctx, location, *table, listed, keys, window, true)?;
+        let full_rows = live_rows(ctx, location, *table, full, &[], window, true)?;
+        let context = |e| Error::query(format!("comparing {label} with the full export"), e);
+        ctx.register_table("shadow_chain", chain_rows.into_view()).map_err(context)?;
+        ctx.register_table("shadow_full", full_rows.into_view()).map_err(context)?;
+        let columns: Vec<&str> = table.columns().iter().map(|c| c.name).collect();
+        let select: Vec<String> =
+            columns.iter().map(|c| format!("c.{c} AS c_{c}, f.{c} AS f_{c}")).collect();
+        let differs: Vec<String> =
+            columns.iter().map(|c| format!("c.{c} IS DISTINCT FROM f.{c}")).collect();
+        let sql = format!(
+            "SELECT c.recon_key AS c_key, f.recon_key AS f_key, {} FROM shadow_chain c FULL OUTER JOIN shadow_full f ON c.recon_key = f.recon_key WHERE c.recon_key IS NULL OR f.recon_key IS NULL OR {} ORDER BY COALESCE(c.recon_key, f.recon_key) LIMIT 1",
+            select.join(", "),
+            differs.join(" OR ")
+        );
+        let batches = ctx.sql(&sql).await.map_err(context)?.collect().await.map_err(context)?;
+        ctx.deregister_table("shadow_chain").map_err(context)?;
+        ctx.deregister_table("shadow_full").map_err(context)?;
+        let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { continue };
+        let text = |name: &str| -> String {
+            let Some(array) = batch.column_by_name(name) else { return "?".into() };
+            if array.is_null(0) {
+                return "NULL".into();
+            }
+            datafusion::arrow::util::display::array_value_to_string(array, 0)
+                .unwrap_or_else(|_| "?".into())
+        };
+        let (c_key, f_key) = (text("c_key"), text("f_key"));
+        let described = if c_key == "NULL" {
+            format!("{label} key '{f_key}': in the full export, not live in the chain")
+        } else if f_key == "NULL" {
+            format!("{label} key '{c_key}': live in the chain, not in the full export")
+        } else {
+            let column = columns
+                .iter()
+                .find(|c| text(&format!("c_{c}")) != text(&format!("f_{c}")))
+                .copied()
+                .unwrap_or("?");
+            format!(
+                "{label} key '{c_key}': column {column} is {} in the full export, {} in the chain",
+                text(&format!("f_{column}")),
+                text(&format!("c_{column}"))
+            )
+        };
+        return Ok(Some(described));
+    }
+    Ok(None)
+}

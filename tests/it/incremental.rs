@@ -1,0 +1,383 @@
+//! Incremental nights against a real database changed in place night by night (SQLite
+//! always; MariaDB and PostgreSQL when their URLs are set): every night, the chain's live
+//! rows equal a full re-export of the same database state, cut and coverage, after a
+//! total sort, and `run` over both gives byte-identical outputs. The history mixes new
+//! rows, a late insert with an old event time, in-place updates (SKIPPED → REVOKED,
+//! PENDING_REVIEW → DONE, a receipt → REVERSED), an event time moved out of the lookback
+//! and one moved past the cut (it comes back the next night), and a transaction opened
+//! before one export and committed after it.
+//!
+//! The same history with the watermark's open-transaction term and margin removed
+//! (`EFFECT_RECON_TEST_WATERMARK=naive`) must lose that transaction's update; a hard
+//! delete and an update that wrote an old `updated_at` back are caught by the shadow check
+//! (`nightly --verify-full`: INCOMPLETE, exit 3, naming the table, key and column).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use effect_recon::config::{JobConfig, RuleSet};
+use effect_recon::db::export::{self, ExportMode, ExportPlan};
+use effect_recon::db::load;
+use effect_recon::events::Events;
+use effect_recon::recon::{self, RunPlan};
+use effect_recon::snapshot::{Snapshot, SnapshotManifest, Table};
+use effect_recon::storage::Location;
+use effect_recon::time::{format_compact, parse_instant, Micros, DAY_MICROS};
+use sqlx::Connection;
+
+use super::common::{command, psv, text, tree_bytes};
+use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
+use super::reliability::{job_file, CUT};
+
+const HOUR: Micros = 3_600_000_000;
+
+/// A connection that runs statements and reads one text column.
+enum Db {
+    My(sqlx::MySqlConnection),
+    Pg(sqlx::PgConnection),
+    Lite(sqlx::SqliteConnection),
+}
+
+impl Db {
+    async fn connect(url: &str) -> Db {
+        if url.starts_with("postgres") {
+            Db::Pg(sqlx::PgConnection::connect(url).await.unwrap())
+        } else if url.starts_with("mysql") {
+            Db::My(sqlx::MySqlConnection::connect(url).await.unwrap())
+        } else {
+            Db::Lite(sqlx::SqliteConnection::connect(url).await.unwrap())
+        }
+    }
+
+    async fn run(&mut self, sql: &str) {
+        let result = match self {
+            Db::My(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+            Db::Pg(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+            Db::Lite(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+        };
+        result.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    async fn strings(&mut self, sql: &str) -> Vec<String> {
+        let rows: Vec<(String,)> = match self {
+            Db::My(c) => sqlx::query_as(sql).fetch_all(c).await,
+            Db::Pg(c) => sqlx::query_as(sql).fetch_all(c).await,
+            Db::Lite(c) => sqlx::query_as(sql).fetch_all(c).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        rows.into_iter().map(|(s,)| s).collect()
+    }
+
+    /// A time literal of the family (MySQL DATETIME and SQLite text hold UTC here).
+    fn at(&self, micros: Micros) -> String {
+        let t = chrono::DateTime::from_timestamp_micros(micros).unwrap();
+        match self {
+            Db::Pg(_) => format!("'{}+00'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
+            _ => format!("'{}'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
+        }
+    }
+}
+
+/// One database, its job and two roots: the chain's and the full exports'.
+struct Bench {
+    url: String,
+    job: PathBuf,
+    chain_root: PathBuf,
+    full_root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Bench {
+    async fn new(url: String, margin: &str) -> Bench {
+        let dir = tempfile::tempdir().unwrap();
+        let job = job_file(dir.path(), &url, None);
+        let mut text = std::fs::read_to_string(&job).unwrap();
+        text.push_str(&format!("\n[incremental]\nmargin = \"{margin}\"\nverify_full_every = 0\n"));
+        std::fs::write(&job, text).unwrap();
+        let day = tempfile::tempdir().unwrap().keep().join("day");
+        let location = Location::parse(day.to_str().unwrap()).unwrap();
+        let plan = effect_recon::workload::WorkloadPlan::new(location.clone(), 300).unwrap();
+        effect_recon::workload::generate(&plan).await.unwrap();
+        load::load_snapshot(&location, &url, &Default::default()).await.unwrap();
+        Bench {
+            url,
+            job,
+            chain_root: dir.path().join("recon"),
+            full_root: dir.path().join("full"),
+            _dir: dir,
+        }
+    }
+
+    fn job(&self) -> JobConfig {
+        JobConfig::load(&self.job).unwrap()
+    }
+
+    /// Tonight's export into the chain's root (automatic) and a full one beside it.
+    async fn export_both(&self, cut: Micros) -> (PathBuf, PathBuf, SnapshotManifest) {
+        let name = format!("snapshot={}", format_compact(cut));
+        let chained = self.chain_root.join(&name);
+        let plan = |out: &Path| ExportPlan {
+            job: self.job(),
+            out: Location::parse(out.to_str().unwrap()).unwrap(),
+            cut,
+        };
+        let report = export::export(&plan(&chained), &Events::none()).await.unwrap();
+        let full = self.full_root.join(&name);
+        export::export_with(&plan(&full), ExportMode::Full, &Events::none()).await.unwrap();
+        (chained, full, report.manifest)
+    }
+}
+
+/// Every live row of a snapshot, per table, totally sorted.
+async fn live_rows(snapshot: &Path) -> BTreeMap<&'static str, String> {
+    let ctx = effect_recon::engine::session::build(&Default::default()).unwrap();
+    let location = Location::parse(snapshot.to_str().unwrap()).unwrap();
+    Snapshot::open(&location).await.unwrap().register(&ctx).await.unwrap();
+    let mut out = BTreeMap::new();
+    for table in Table::ALL {
+        let columns: Vec<&str> = table.columns().iter().map(|c| c.name).collect();
+        let sql = format!("SELECT * FROM {} ORDER BY {}", table.name(), columns.join(", "));
+        let batches = ctx.sql(&sql).await.unwrap().collect().await.unwrap();
+        out.insert(table.name(), psv(&batches));
+    }
+    out
+}
+
+/// Runs `snapshot` into `root` (following the latest earlier run there); the run folder.
+async fn run(snapshot: &Path, root: &Path) -> PathBuf {
+    let plan = RunPlan::new(
+        Location::parse(snapshot.to_str().unwrap()).unwrap(),
+        Location::parse(root.to_str().unwrap()).unwrap(),
+        RuleSet::load(None).unwrap(),
+    );
+    let report = recon::run(&plan, &Events::none()).await.unwrap();
+    PathBuf::from(report.folder)
+}
+
+/// A run's output tables and its summary without the clock-dependent timings.
+fn outputs(run: &Path) -> Vec<(String, Vec<u8>)> {
+    tree_bytes(run)
+        .into_iter()
+        .filter(|(path, _)| path.ends_with(".parquet") || path == "summary.json")
+        .map(|(path, bytes)| {
+            if path == "summary.json" {
+                let mut json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                json.as_object_mut().unwrap().remove("timings_ms");
+                return (path, serde_json::to_vec_pretty(&json).unwrap());
+            }
+            (path, bytes)
+        })
+        .collect()
+}
+
+/// One night: export both ways, compare the live rows and the runs' outputs. Returns
+/// whether the live rows were equal (the runs are compared only then).
+async fn night(bench: &Bench, cut: Micros, expect_mode: &str) -> bool {
+    let (chained, full, manifest) = bench.export_both(cut).await;
+    let chain = manifest.chain.expect("an incremental-ready job writes snapshot@2");
+    assert_eq!(chain.mode, expect_mode, "night {}: {:?}", format_compact(cut), chain.reason);
+    let (a, b) = (live_rows(&chained).await, live_rows(&full).await);
+    if a != b {
+        return false;
+    }
+    let (ra, rb) = (run(&chained, &bench.chain_root).await, run(&full, &bench.full_root).await);
+    assert_eq!(outputs(&ra), outputs(&rb), "night {}: run outputs differ", format_compact(cut));
+    true
+}
+
+/// The rows the history changes: a few of the loaded day's and some of its own, so every
+/// kind of change has a row to change whatever the generator planted.
+struct Picks {
+    skipped: Vec<String>,
+    pending: Vec<String>,
+    receipts: Vec<String>,
+    done: Vec<String>,
+}
+
+async fn picks(db: &mut Db, cut0: Micros) -> Picks {
+    for (i, action) in ["SKIPPED", "SKIPPED", "PENDING_REVIEW"].iter().enumerate() {
+        let order = 800_001 + i as i64;
+        db.run(&format!(
+            "INSERT INTO idempotent_msg (msg_id, order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, decided_at) \
+             VALUES ('own-{i}', {order}, 'ORDER_PAID', 'PAID', '{action}', 'SHIPPED', 'order-event', 3, {order}, 'c3', {at});\n\
+             INSERT INTO order_status_history (order_id, status, changed_at) VALUES ({order}, 'PAID', {at})",
+            at = db.at(cut0 - 5 * HOUR)
+        ))
+        .await;
+    }
+    let q = |action: &str| {
+        format!("SELECT msg_id FROM idempotent_msg WHERE action = '{action}' ORDER BY msg_id")
+    };
+    Picks {
+        skipped: db.strings(&q("SKIPPED")).await,
+        pending: db.strings(&q("PENDING_REVIEW")).await,
+        receipts: db
+            .strings("SELECT receipt_id FROM points_receipt WHERE status = 'SUCCEEDED' ORDER BY receipt_id")
+            .await,
+        done: db.strings(&q("DONE")).await,
+    }
+}
+
+fn new_order(db: &Db, order: i64, at: Micros) -> String {
+    format!(
+        "INSERT INTO idempotent_msg (msg_id, order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, decided_at) \
+         VALUES ('new-{order}', {order}, 'ORDER_PAID', 'PAID', 'DONE', 'PAID', 'order-event', 1, {order}, 'c1', {at});\n\
+         INSERT INTO order_status_history (order_id, status, changed_at) VALUES ({order}, 'PAID', {at});\n\
+         INSERT INTO points_receipt (receipt_id, order_id, effect, msg_id, status, created_at) VALUES ('r-new-{order}', {order}, 'points_grant', 'new-{order}', 'SUCCEEDED', {at})",
+        at = db.at(at)
+    )
+}
+
+/// The history of nights 2..=4, applied in place; night 3 exports while a transaction
+/// that updated a row before it is still open, and commits it afterwards.
+async fn history(bench: &Bench, naive: bool) -> Vec<bool> {
+    let cut0 = parse_instant(CUT).unwrap();
+    let mut db = Db::connect(&bench.url).await;
+    let p = picks(&mut db, cut0).await;
+    let counts = (p.skipped.len(), p.pending.len(), p.receipts.len(), p.done.len());
+    assert!(counts.0 >= 2 && counts.1 >= 1 && counts.2 >= 2 && counts.3 >= 2, "{counts:?}");
+    let mut equal = Vec::new();
+    equal.push(night(bench, cut0, "full").await);
+
+    // Night 2: new rows, a late row with an old event time, updates in place, an event
+    // time moved out of the lookback and one moved past tonight's cut.
+    let cut = cut0 + DAY_MICROS;
+    let statements = [
+        new_order(&db, 900_001, cut - HOUR),
+        format!(
+            "INSERT INTO idempotent_msg (msg_id, order_id, event_type, expected_status, action, observed_status, topic, kafka_partition, kafka_offset, consumer_id, decided_at) \
+             VALUES ('late-1', 900_002, 'ORDER_SHIPPED', 'PAID', 'SKIPPED', 'CREATED', 'order-event', 2, 7, 'c2', {})",
+            db.at(cut0 - 3 * HOUR)
+        )
+        .replace("900_002", "900002"),
+        format!("UPDATE idempotent_msg SET action = 'REVOKED' WHERE msg_id = '{}'", p.skipped[0]),
+        format!("UPDATE idempotent_msg SET action = 'DONE' WHERE msg_id = '{}'", p.pending[0]),
+        format!("UPDATE points_receipt SET status = 'REVERSED' WHERE receipt_id = '{}'", p.receipts[0]),
+        format!("UPDATE idempotent_msg SET decided_at = {} WHERE msg_id = '{}'", db.at(cut0 - 60 * DAY_MICROS), p.done[0]),
+        format!("UPDATE idempotent_msg SET decided_at = {} WHERE msg_id = '{}'", db.at(cut + 5 * HOUR), p.done[1]),
+    ];
+    for sql in &statements {
+        db.run(sql).await;
+    }
+    equal.push(night(bench, cut, "incremental").await);
+
+    // Night 3: a transaction updates a row, stays open over the export, commits after it.
+    let cut = cut0 + 2 * DAY_MICROS;
+    db.run(&new_order(&db, 900_003, cut - 2 * HOUR)).await;
+    let mut open = Db::connect(&bench.url).await;
+    open.run("BEGIN").await;
+    open.run(&format!("UPDATE idempotent_msg SET action = 'REVOKED' WHERE msg_id = '{}'", p.skipped[1]))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    if naive {
+        equal.push(naive_night(bench, cut).await);
+    } else {
+        equal.push(night(bench, cut, "incremental").await);
+    }
+    open.run("COMMIT").await;
+
+    // Night 4: the committed update must be in the chain now.
+    let cut = cut0 + 3 * DAY_MICROS;
+    db.run(&format!("UPDATE points_receipt SET status = 'REVERSED' WHERE receipt_id = '{}'", p.receipts[1]))
+        .await;
+    if naive {
+        equal.push(naive_night(bench, cut).await);
+    } else {
+        equal.push(night(bench, cut, "incremental").await);
+    }
+    equal
+}
+
+/// A night exported by the binary with the watermark's safety terms removed; the live
+/// rows compared with a full export as [`night`] does.
+async fn naive_night(bench: &Bench, cut: Micros) -> bool {
+    let name = format!("snapshot={}", format_compact(cut));
+    let chained = bench.chain_root.join(&name);
+    let cut_text = effect_recon::time::format_instant(cut);
+    let output = command(&[
+        "export",
+        "--config",
+        bench.job.to_str().unwrap(),
+        "--out",
+        chained.to_str().unwrap(),
+        "--cut",
+        &cut_text,
+    ])
+    .env("EFFECT_RECON_TEST_WATERMARK", "naive")
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output).1);
+    let full = bench.full_root.join(&name);
+    let plan = ExportPlan {
+        job: bench.job(),
+        out: Location::parse(full.to_str().unwrap()).unwrap(),
+        cut,
+    };
+    export::export_with(&plan, ExportMode::Full, &Events::none()).await.unwrap();
+    live_rows(&chained).await == live_rows(&full).await
+}
+
+async fn chain_equals_full_every_night(url: String, margin: &str, name: &str) {
+    let bench = Bench::new(url, margin).await;
+    let equal = history(&bench, false).await;
+    assert_eq!(equal, vec![true; 4], "{name}: a night's chain differs from its full export");
+    super::reliability::say(&format!(
+        "incremental {name}: 4 nights, every chain equal to a full re-export (live rows and run outputs)"
+    ));
+}
+
+async fn naive_watermark_loses_the_open_transaction(url: String, name: &str) {
+    let bench = Bench::new(url, "0s").await;
+    let equal = history(&bench, true).await;
+    assert_eq!(equal[..2], [true, true], "{name}: the nights before the open transaction");
+    assert!(
+        equal[3..].contains(&false),
+        "{name}: without the open-transaction term and the margin, the update committed after night 3's export must be lost: {equal:?}"
+    );
+}
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite:{}", dir.join("fulfilment.db").display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_chain_equals_a_full_export_every_night() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    chain_equals_full_every_night(sqlite_url(&dir), "5m", "SQLite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_chain_without_margin_loses_a_late_commit() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    naive_watermark_loses_the_open_transaction(sqlite_url(&dir), "SQLite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_chain_equals_a_full_export_every_night() {
+    let Some(base) = env_url(MYSQL_ENV) else { return };
+    let url = mysql_database(&base, "incremental_chain").await;
+    // One second of margin: the open-transaction term must do the rest.
+    chain_equals_full_every_night(url, "1s", "MariaDB").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_chain_without_the_open_transaction_term_loses_a_late_commit() {
+    let Some(base) = env_url(MYSQL_ENV) else { return };
+    let url = mysql_database(&base, "incremental_naive").await;
+    naive_watermark_loses_the_open_transaction(url, "MariaDB").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_chain_equals_a_full_export_every_night() {
+    let Some(base) = env_url(PG_ENV) else { return };
+    let url = pg_schema(&base, "incremental_chain").await;
+    chain_equals_full_every_night(url, "1s", "PostgreSQL").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_chain_without_the_open_transaction_term_loses_a_late_commit() {
+    let Some(base) = env_url(PG_ENV) else { return };
+    let url = pg_schema(&base, "incremental_naive").await;
+    naive_watermark_loses_the_open_transaction(url, "PostgreSQL").await;
+}
