@@ -301,12 +301,6 @@ impl Snapshot {
         listed: &[(Table, &FileEntry)],
         checked: Vec<(SchemaRef, FileRowGroups)>,
     ) -> Result<SnapshotStats> {
-        if crate::engine::staging::is_distributed(ctx) {
-            return Err(Error::Snapshot {
-                location: self.location.display(""),
-                message: "an incremental snapshot (snapshot@2) is read in process only; run without the cluster, or export --full for it".into(),
-            });
-        }
         let coverage_from = self.coverage_from()?.unwrap_or(Micros::MIN);
         let mut stats = SnapshotStats::default();
         let mut checked = checked.into_iter();

@@ -100,6 +100,9 @@ impl Probe {
     /// `min(now, oldest) - margin`, when the probe read the time.
     pub(super) fn watermark(&self, margin: Micros) -> Option<Micros> {
         let now = self.now?;
+        if naive_watermark() {
+            return Some(now);
+        }
         Some(self.oldest.map_or(now, |o| o.min(now)) - margin)
     }
 }
@@ -138,12 +141,7 @@ pub(super) async fn decide(
         return full("the snapshot folder has no parent folder to find a previous night in".into());
     };
     let previous = match latest_before(&root, out, cut).await? {
-        None => {
-            return full(format!(
-                "first night: no earlier complete snapshot under {}",
-                root.display("")
-            ))
-        }
+        None => return full("first night: no earlier complete snapshot=<cut> beside this one".into()),
         Some(Err(e)) => return full(format!("the previous snapshot cannot be read: {e}")),
         Some(Ok(previous)) => previous,
     };
@@ -320,7 +318,7 @@ pub(super) async fn finish(
     let location = writer.location().clone();
     let ctx = SessionContext::new();
     ctx.register_object_store(location.store_url(), Arc::clone(location.store()));
-    let margin = if naive_watermark() { 0 } else { job.incremental.margin };
+    let margin = job.incremental.margin;
 
     let (seq, previous) = match night {
         Night::Full { .. } => (0, None),
