@@ -16,10 +16,16 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{JoinType, ScalarValue};
-use datafusion::prelude::{col, lit, DataFrame};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::{
+    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
+};
+use datafusion::prelude::{col, lit, DataFrame, SessionContext};
 use serde::{Deserialize, Serialize};
 
-use super::{Table, UTC};
+use super::{FileEntry, Table, UTC};
+use crate::storage::Location;
 use crate::error::{Error, Result};
 use crate::time::Micros;
 
@@ -227,4 +233,61 @@ fn union_all(frames: Vec<DataFrame>) -> datafusion::error::Result<Option<DataFra
     let mut frames = frames.into_iter();
     let Some(first) = frames.next() else { return Ok(None) };
     frames.try_fold(first, |all, next| all.union(next)).map(Some)
+}
+
+/// A source's files in one candidate manifest: `(path in the manifest, entry, meta)`.
+pub(crate) type Listed = Vec<(String, FileEntry, SegmentFile)>;
+
+/// One frame over Parquet files of `location` (paths relative to it) with `schema`.
+pub(crate) fn files_frame(
+    ctx: &SessionContext,
+    location: &Location,
+    paths: &[String],
+    schema: SchemaRef,
+) -> Result<DataFrame> {
+    let context = |e| Error::query(format!("reading {}", location.display("")), e);
+    let urls = paths
+        .iter()
+        .map(|p| ListingTableUrl::parse(location.url(p)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(context)?;
+    let options =
+        ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
+    let config =
+        ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
+    let table = ListingTable::try_new(config).map_err(context)?;
+    ctx.read_table(Arc::new(table)).map_err(context)
+}
+
+/// The live rows of one source in a candidate manifest.
+pub(crate) fn live_rows(
+    ctx: &SessionContext,
+    location: &Location,
+    table: Table,
+    listed: &Listed,
+    keys: &[KeysFile],
+    window: (Micros, Micros),
+    keep_key: bool,
+) -> Result<DataFrame> {
+    let schema = file_schema(table);
+    let mut by_seq: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (path, _, meta) in listed {
+        by_seq.entry(meta.seq).or_default().push(path.clone());
+    }
+    if by_seq.is_empty() {
+        // No file: an empty frame of the right shape.
+        let empty = RecordBatch::new_empty(Arc::clone(&schema));
+        let frame = ctx.read_batch(empty).map_err(|e| Error::query("an empty source", e))?;
+        let segments = SourceSegments { segments: vec![(0, frame)], keys: Vec::new() };
+        return live_frame(table, segments, window, keep_key);
+    }
+    let mut segments = Vec::new();
+    for (seq, paths) in by_seq {
+        segments.push((seq, files_frame(ctx, location, &paths, Arc::clone(&schema))?));
+    }
+    let mut key_frames = Vec::new();
+    for k in keys {
+        key_frames.push((k.seq, files_frame(ctx, location, &[k.path.clone()], keys_schema())?));
+    }
+    live_frame(table, SourceSegments { segments, keys: key_frames }, window, keep_key)
 }

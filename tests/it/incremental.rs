@@ -32,6 +32,11 @@ use super::reliability::{job_file, CUT};
 
 const HOUR: Micros = 3_600_000_000;
 
+thread_local! {
+    /// Rows read per night by this thread's test: `(chain, full)`.
+    static READ: std::cell::RefCell<Vec<(u64, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A connection that runs statements and reads one text column.
 enum Db {
     My(sqlx::MySqlConnection),
@@ -100,6 +105,7 @@ impl Bench {
         let plan = effect_recon::workload::WorkloadPlan::new(location.clone(), 300).unwrap();
         effect_recon::workload::generate(&plan).await.unwrap();
         load::load_snapshot(&location, &url, &Default::default()).await.unwrap();
+        age_change_columns(&url).await;
         Bench {
             url,
             job,
@@ -115,6 +121,12 @@ impl Bench {
 
     /// Tonight's export into the chain's root (automatic) and a full one beside it.
     async fn export_both(&self, cut: Micros) -> (PathBuf, PathBuf, SnapshotManifest) {
+        let (chained, full, manifest, _) = self.export_both_counted(cut).await;
+        (chained, full, manifest)
+    }
+
+    /// [`Bench::export_both`] and the rows each export read: `(chain, full)`.
+    async fn export_both_counted(&self, cut: Micros) -> (PathBuf, PathBuf, SnapshotManifest, (u64, u64)) {
         let name = format!("snapshot={}", format_compact(cut));
         let chained = self.chain_root.join(&name);
         let plan = |out: &Path| ExportPlan {
@@ -124,8 +136,31 @@ impl Bench {
         };
         let report = export::export(&plan(&chained), &Events::none()).await.unwrap();
         let full = self.full_root.join(&name);
-        export::export_with(&plan(&full), ExportMode::Full, &Events::none()).await.unwrap();
-        (chained, full, report.manifest)
+        let full_report =
+            export::export_with(&plan(&full), ExportMode::Full, &Events::none()).await.unwrap();
+        READ.with(|r| r.borrow_mut().push((report.rows, full_report.rows)));
+        (chained, full, report.manifest, (report.rows, full_report.rows))
+    }
+}
+
+/// The tables of the recommended schema.
+const TABLES: [&str; 5] =
+    ["idempotent_msg", "order_status_history", "points_receipt", "wms_receipt", "logistics_receipt"];
+
+/// Moves every loaded row's change column back to January: a loaded day is then as old
+/// as a real one, so a night re-reads only what the history changes (and the carried
+/// files, not a full re-read, hold the rest). PostgreSQL's triggers would stamp now().
+async fn age_change_columns(url: &str) {
+    let mut db = Db::connect(url).await;
+    for table in TABLES {
+        let sql = match db {
+            Db::Pg(_) => format!(
+                "ALTER TABLE {table} DISABLE TRIGGER USER; UPDATE {table} SET updated_at = '2026-01-01 00:00:00+00'; ALTER TABLE {table} ENABLE TRIGGER USER"
+            ),
+            Db::Lite(_) => format!("UPDATE {table} SET updated_at = '2026-01-01 00:00:00.000'"),
+            Db::My(_) => format!("UPDATE {table} SET updated_at = '2026-01-01 00:00:00'"),
+        };
+        db.run(&sql).await;
     }
 }
 
@@ -322,8 +357,9 @@ async fn chain_equals_full_every_night(url: String, margin: &str, name: &str) {
     let bench = Bench::new(url, margin).await;
     let equal = history(&bench, false).await;
     assert_eq!(equal, vec![true; 4], "{name}: a night's chain differs from its full export");
+    let read = READ.with(|r| r.borrow().clone());
     super::reliability::say(&format!(
-        "incremental {name}: 4 nights, every chain equal to a full re-export (live rows and run outputs)"
+        "incremental {name}: 4 nights, every chain equal to a full re-export (live rows and run outputs); rows read per night, chain vs full: {read:?}"
     ));
 }
 
@@ -380,4 +416,146 @@ async fn postgres_chain_without_the_open_transaction_term_loses_a_late_commit() 
     let Some(base) = env_url(PG_ENV) else { return };
     let url = pg_schema(&base, "incremental_naive").await;
     naive_watermark_loses_the_open_transaction(url, "PostgreSQL").await;
+}
+
+/// `nightly` through the binary for `cut`; `(exit code, stderr)`.
+fn nightly(bench: &Bench, cut: Micros, extra: &[&str]) -> (Option<i32>, String) {
+    let cut = effect_recon::time::format_instant(cut);
+    let mut args = vec!["nightly", "--config", bench.job.to_str().unwrap(), "--cut", &cut];
+    args.extend(extra);
+    let output = command(&args).output().unwrap();
+    (output.status.code(), text(&output).1)
+}
+
+fn manifest(root: &Path, cut: Micros) -> SnapshotManifest {
+    let path = root.join(format!("snapshot={}", format_compact(cut))).join("manifest.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_shadow_check_catches_a_hard_delete_and_a_stale_change_column() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let bench = Bench::new(sqlite_url(&dir), "5m").await;
+    let cut0 = parse_instant(CUT).unwrap();
+    let mut db = Db::connect(&bench.url).await;
+    let p = picks(&mut db, cut0).await;
+    for night in 0..2 {
+        let (code, err) = nightly(&bench, cut0 + night * DAY_MICROS, &[]);
+        assert_eq!(code, Some(0), "{err}");
+    }
+    assert_eq!(manifest(&bench.chain_root, cut0 + DAY_MICROS).chain.unwrap().mode, "incremental");
+
+    // A hard delete inside the lookback: no change column can show it.
+    db.run(&format!("DELETE FROM points_receipt WHERE receipt_id = '{}'", p.receipts[0])).await;
+    let cut = cut0 + 2 * DAY_MICROS;
+    let (code, err) = nightly(&bench, cut, &["--verify-full"]);
+    assert_eq!(code, Some(3), "{err}");
+    let named = format!("receipts[points] key '{}': live in the chain, not in the full export", p.receipts[0]);
+    assert!(err.contains("shadow check FAILED") && err.contains(&named), "{err}");
+    let rebased = manifest(&bench.chain_root, cut).chain.unwrap();
+    assert_eq!((rebased.seq, rebased.mode.as_str()), (0, "full"), "the chain rebases on the full export");
+    assert_eq!(rebased.shadow.unwrap().result, "differs");
+
+    // The next night follows the rebased chain and is COMPLETE.
+    let cut = cut0 + 3 * DAY_MICROS;
+    let (code, err) = nightly(&bench, cut, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    let chain = manifest(&bench.chain_root, cut).chain.unwrap();
+    assert_eq!((chain.seq, chain.mode.as_str()), (1, "incremental"), "{err}");
+
+    // An update that wrote an old change column back.
+    db.run(&format!(
+        "UPDATE idempotent_msg SET action = 'REVOKED', updated_at = '2000-01-01 00:00:00.000' WHERE msg_id = '{}'",
+        p.skipped[0]
+    ))
+    .await;
+    let cut = cut0 + 4 * DAY_MICROS;
+    let (code, err) = nightly(&bench, cut, &["--verify-full"]);
+    assert_eq!(code, Some(3), "{err}");
+    let named = format!(
+        "ledger[fulfilment] key '{}': column action is REVOKED in the full export, SKIPPED in the chain",
+        p.skipped[0]
+    );
+    assert!(err.contains(&named), "{err}");
+
+    // With nothing wrong, a shadow check passes and the run is COMPLETE.
+    let cut = cut0 + 5 * DAY_MICROS;
+    let (code, err) = nightly(&bench, cut, &["--verify-full"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("shadow check: the incremental chain equals a full export"), "{err}");
+}
+
+/// The bench's job with `edit` applied to its text.
+fn edited_job(bench: &Bench, edit: impl Fn(String) -> String) -> PathBuf {
+    let text = edit(std::fs::read_to_string(&bench.job).unwrap());
+    let path = bench.job.with_file_name("edited.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn export_cli(job: &Path, out: &Path, cut: Micros) -> (Option<i32>, String) {
+    let cut = effect_recon::time::format_instant(cut);
+    let output = command(&[
+        "export",
+        "--config",
+        job.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--cut",
+        &cut,
+    ])
+    .output()
+    .unwrap();
+    (output.status.code(), text(&output).1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_change_columns_and_broken_previous_snapshots_are_refused_or_exported_in_full() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let bench = Bench::new(sqlite_url(&dir), "5m").await;
+    let cut0 = parse_instant(CUT).unwrap();
+    let out = |name: &str| bench.chain_root.join(name);
+
+    // A change column the query does not return: named, exit 2, no manifest.
+    let job = edited_job(&bench, |t| t.replacen("changed_column = \"updated_at\"\nquery = \"\"\"\nSELECT id,", "changed_column = \"modified_at\"\nquery = \"\"\"\nSELECT id,", 1));
+    let (code, err) = export_cli(&job, &out("bad-column"), cut0);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("orders") && err.contains("'modified_at'") && err.contains("changed_column"), "{err}");
+    assert!(!out("bad-column").join("manifest.json").exists());
+
+    // A key that is not unique: the value is named.
+    let job = edited_job(&bench, |t| t.replacen("key            = \"msg_id\"", "key            = \"order_id\"", 1));
+    let (code, err) = export_cli(&job, &out("bad-key"), cut0);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("fulfilment") && err.contains("key column order_id is not unique"), "{err}");
+    assert!(!out("bad-key").join("manifest.json").exists());
+
+    // A key without its change column is a config error.
+    let job = edited_job(&bench, |t| t.replacen("changed_column = \"updated_at\"\n", "", 1));
+    let (code, err) = export_cli(&job, &out("half"), cut0);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("key and changed_column go together"), "{err}");
+
+    // A previous snapshot with a file gone (or altered): tonight is a full export, said in
+    // one line and in the manifest.
+    let first = bench.chain_root.join(format!("snapshot={}", format_compact(cut0)));
+    let (code, err) = export_cli(&bench.job, &first, cut0);
+    assert_eq!(code, Some(0), "{err}");
+    let victim = first.join("receipts/points/part-00000.parquet");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[10] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let second = bench.chain_root.join(format!("snapshot={}", format_compact(cut0 + DAY_MICROS)));
+    let (code, err) = export_cli(&bench.job, &second, cut0 + DAY_MICROS);
+    assert_eq!(code, Some(0), "{err}");
+    let line = "export: full export (the previous snapshot snapshot=20261129T160000Z: file receipts/points/part-00000.parquet does not match its SHA-256 in the manifest)";
+    assert!(err.contains(line), "{err}");
+    let chain = manifest(&bench.chain_root, cut0 + DAY_MICROS).chain.unwrap();
+    assert_eq!(chain.mode, "full");
+    assert!(chain.reason.unwrap().contains("does not match its SHA-256"));
+    std::fs::remove_file(&victim).unwrap();
+    let third = bench.chain_root.join(format!("snapshot={}", format_compact(cut0 + 2 * DAY_MICROS)));
+    let (code, err) = export_cli(&bench.job, &third, cut0 + 2 * DAY_MICROS);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("export: incremental, segment 1 on snapshot=20261130T160000Z"), "{err}");
 }

@@ -20,11 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{SchemaRef, TimestampMicrosecondType};
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::listing::{
-    ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
-};
+use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use datafusion::prelude::{col, DataFrame, SessionContext};
 use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
@@ -32,8 +28,8 @@ use sha2::{Digest, Sha256};
 use crate::config::job::{JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::snapshot::chain::{
-    self, event_column, Chain, KeysFile, SegmentFile, Shadow, SourceMark, SourceSegments,
-    KEY_COLUMN,
+    self, event_column, files_frame, live_rows, Chain, KeysFile, Listed, SegmentFile, Shadow,
+    SourceMark, KEY_COLUMN,
 };
 use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
 use crate::storage::Location;
@@ -304,8 +300,6 @@ pub(super) struct Tonight<'a> {
     pub cut: Micros,
 }
 
-/// A source's files in one candidate manifest: `(path in the manifest, entry, meta)`.
-type Listed = Vec<(String, FileEntry, SegmentFile)>;
 
 /// Completes the `@2` manifest of tonight's segment in `writer`; returns the line that
 /// says what the night was.
@@ -363,6 +357,17 @@ pub(super) async fn finish(
             listed.extend(carried);
         }
         listed.extend(own.iter().cloned());
+        // Every row the database returned is in a listed file (a dropped file fails here).
+        let listed_rows: u64 = own.iter().map(|(_, e, _)| e.rows).sum();
+        if listed_rows != read.rows_read {
+            return Err(Error::Snapshot {
+                location: location.display(""),
+                message: format!(
+                    "continuity check failed for {label}: the database returned {} rows, tonight's files hold {listed_rows}",
+                    read.rows_read
+                ),
+            });
+        }
         candidates.push((label.clone(), table, listed, keys));
         if let Some(files) = &read.shadow {
             let full = describe_files(&ctx, &location, files, &label, 0, table).await?;
@@ -387,9 +392,13 @@ pub(super) async fn finish(
         );
     }
 
-    // Live rows per source: the counts `run` reports.
+    // Live rows per source: the counts `run` reports, checked against last night's.
     for (label, table, listed, keys) in &candidates {
         let live = count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?).await?;
+        if let Some(previous) = previous {
+            let source = Continuity { label, table: *table, listed, keys, lower, cut };
+            source.check(&ctx, &location, previous, live).await?;
+        }
         chain.live_rows.insert(label.clone(), live);
     }
 
@@ -436,6 +445,96 @@ pub(super) async fn finish(
     }
     writer.set_chain(chain);
     Ok(line)
+}
+
+/// One source of tonight's candidate manifest, for the continuity check.
+struct Continuity<'a> {
+    label: &'a str,
+    table: Table,
+    listed: &'a Listed,
+    keys: &'a [KeysFile],
+    lower: Micros,
+    cut: Micros,
+}
+
+impl Continuity<'_> {
+    /// `live(N) = kept + added + revived`, each counted on its own inputs: `kept`, the rows
+    /// live in the previous manifest (read through its own files and keys) that tonight's
+    /// keys do not supersede and the lookback still holds; `added`, tonight's rows in the
+    /// window; `revived`, rows of carried files whose event time passed the previous cut
+    /// that nothing supersedes. A file lost between the nights, or a keys file listed
+    /// wrongly, breaks it.
+    async fn check(
+        &self,
+        ctx: &SessionContext,
+        location: &Location,
+        previous: &Previous,
+        live: u64,
+    ) -> Result<()> {
+        let Continuity { label, table, listed, keys, lower, cut } = *self;
+        let previous_listed: Listed = previous
+            .manifest
+            .tables
+            .values()
+            .flat_map(|t| &t.files)
+            .filter_map(|f| {
+                let meta = previous.chain.files.get(&f.path)?;
+                (meta.source == label).then(|| {
+                    let path = sibling(&previous.folder, &f.path);
+                    (path.clone(), FileEntry { path, ..f.clone() }, meta.clone())
+                })
+            })
+            .collect();
+        let previous_keys: Vec<KeysFile> = previous
+            .chain
+            .keys
+            .iter()
+            .filter(|k| k.source == label)
+            .map(|k| KeysFile { path: sibling(&previous.folder, &k.path), ..k.clone() })
+            .collect();
+        let previous_lower = parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
+            .unwrap_or(Micros::MIN);
+        let context = |e| Error::query(format!("the continuity check of {label}"), e);
+        let was_live = live_rows(ctx, location, table, &previous_listed, &previous_keys, (previous_lower, previous.cut), true)?;
+        let tonight_keys: Vec<String> = keys
+            .iter()
+            .filter(|k| !k.path.starts_with("../"))
+            .map(|k| k.path.clone())
+            .collect();
+        let kept = if tonight_keys.is_empty() {
+            was_live
+        } else {
+            let superseding = files_frame(ctx, location, &tonight_keys, chain::keys_schema())?
+                .select(vec![col(KEY_COLUMN).alias("superseded_key")])
+                .map_err(context)?;
+            was_live
+                .join(superseding, datafusion::common::JoinType::LeftAnti, &[KEY_COLUMN], &["superseded_key"], None)
+                .map_err(context)?
+        };
+        let kept = kept
+            .filter(col(event_column(table)).gt(datafusion::prelude::lit(chain::instant(lower))))
+            .map_err(context)?;
+        let kept = count(kept).await?;
+        let own: Listed = listed.iter().filter(|(p, _, _)| !p.starts_with("../")).cloned().collect();
+        let carried: Listed = listed.iter().filter(|(p, _, _)| p.starts_with("../")).cloned().collect();
+        let added = count(live_rows(ctx, location, table, &own, &[], (lower, cut), false)?).await?;
+        let revived = if carried.is_empty() {
+            0
+        } else {
+            count(live_rows(ctx, location, table, &carried, keys, (previous.cut, cut), false)?).await?
+        };
+        if kept + added + revived != live {
+            return Err(Error::Snapshot {
+                location: location.display(""),
+                message: format!(
+                    "continuity check failed for {label}: {kept} rows still live from {} + {added} added tonight + {revived} now due = {}, but the new manifest holds {live} live rows",
+                    previous.folder,
+                    kept + added + revived
+                ),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// `path` of a manifest in sibling folder `folder`, as tonight's manifest lists it.
@@ -495,27 +594,6 @@ async fn describe_files(
         ));
     }
     Ok(listed)
-}
-
-/// One frame over Parquet files of `location` (paths relative to it) with `schema`.
-fn files_frame(
-    ctx: &SessionContext,
-    location: &Location,
-    paths: &[String],
-    schema: SchemaRef,
-) -> Result<DataFrame> {
-    let context = |e| Error::query(format!("reading {}", location.display("")), e);
-    let urls = paths
-        .iter()
-        .map(|p| ListingTableUrl::parse(location.url(p)))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(context)?;
-    let options =
-        ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-    let config =
-        ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
-    let table = ListingTable::try_new(config).map_err(context)?;
-    ctx.read_table(Arc::new(table)).map_err(context)
 }
 
 async fn collect(frame: DataFrame, what: &str) -> Result<Vec<RecordBatch>> {
@@ -635,38 +713,6 @@ async fn write_keys(
     })
 }
 
-/// The live rows of one source in a candidate manifest.
-fn live_rows(
-    ctx: &SessionContext,
-    location: &Location,
-    table: Table,
-    listed: &Listed,
-    keys: &[KeysFile],
-    window: (Micros, Micros),
-    keep_key: bool,
-) -> Result<DataFrame> {
-    let schema = chain::file_schema(table);
-    let mut by_seq: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for (path, _, meta) in listed {
-        by_seq.entry(meta.seq).or_default().push(path.clone());
-    }
-    if by_seq.is_empty() {
-        // No file: an empty frame of the right shape.
-        let empty = RecordBatch::new_empty(Arc::clone(&schema));
-        let frame = ctx.read_batch(empty).map_err(|e| Error::query("an empty source", e))?;
-        let segments = SourceSegments { segments: vec![(0, frame)], keys: Vec::new() };
-        return chain::live_frame(table, segments, window, keep_key);
-    }
-    let mut segments = Vec::new();
-    for (seq, paths) in by_seq {
-        segments.push((seq, files_frame(ctx, location, &paths, Arc::clone(&schema))?));
-    }
-    let mut key_frames = Vec::new();
-    for k in keys {
-        key_frames.push((k.seq, files_frame(ctx, location, &[k.path.clone()], chain::keys_schema())?));
-    }
-    chain::live_frame(table, SourceSegments { segments, keys: key_frames }, window, keep_key)
-}
 
 /// The first difference between the chain's live rows and the full export's, source by
 /// source in config order, by key: `ledger[fulfilment] key 'm-1': column action …`.
@@ -687,7 +733,7 @@ async fn first_difference(
         let select: Vec<String> =
             columns.iter().map(|c| format!("c.{c} AS c_{c}, f.{c} AS f_{c}")).collect();
         let differs: Vec<String> =
-            columns.iter().map(|c| format!("c.{c} IS DISTINCT FROM f.{c}")).collect();
+            columns.iter().map(|c| format!("(c.{c} IS DISTINCT FROM f.{c})")).collect();
         let sql = format!(
             "SELECT c.recon_key AS c_key, f.recon_key AS f_key, {} FROM shadow_chain c FULL OUTER JOIN shadow_full f ON c.recon_key = f.recon_key WHERE c.recon_key IS NULL OR f.recon_key IS NULL OR {} ORDER BY COALESCE(c.recon_key, f.recon_key) LIMIT 1",
             select.join(", "),
