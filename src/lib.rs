@@ -26,7 +26,7 @@
 //!   module using sqlx).
 //! * Verbs, named as the commands: [`recon`] (`run`), [`nightly`], [`demo`], [`inspect`]
 //!   (`explain`, `sql`, `history`, `report`, and what a run hands on: metrics and the
-//!   alert).
+//!   alert), [`compact`] and [`gc`] (the snapshot root of incremental nights).
 //! * The synthetic side: [`workload`] (`gen`: the 24-partition world with planted faults
 //!   and its independent ground truth), [`verify`] (a run or a chain of runs against the
 //!   truth), [`simulate`] (consumer policies side by side) and [`advise`] (grace and N
@@ -37,12 +37,14 @@
 //! this library.
 
 pub mod advise;
+pub mod compact;
 pub mod config;
 pub mod db;
 pub mod demo;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod gc;
 pub mod inspect;
 pub mod nightly;
 pub mod recon;

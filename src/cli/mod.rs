@@ -4,9 +4,11 @@
 mod advise;
 #[cfg(feature = "ballista")]
 mod cluster;
+mod compact;
 mod demo;
 mod explain;
 mod export;
+mod gc;
 mod history;
 mod load;
 mod nightly;
@@ -64,6 +66,10 @@ enum Command {
     Nightly(nightly::NightlyArgs),
     /// The runs under an output root, one line each: NEW, PERSISTING, resolved, open backlog.
     History(history::HistoryArgs),
+    /// Rewrite the head of an incremental snapshot chain into one base segment (no database).
+    Compact(compact::CompactArgs),
+    /// Delete snapshot files no retained snapshot references; a dry run unless --apply.
+    Gc(gc::GcArgs),
     /// Load a snapshot into a database with the recommended schema (tests, demos, benches).
     Load(load::LoadArgs),
     /// Publish a run's compensation tasks into the team's task table (idempotent).
@@ -139,6 +145,8 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Nightly(args) => nightly::execute(args).await,
         Command::Load(args) => load::execute(args).await,
         Command::History(args) => history::execute(args).await,
+        Command::Compact(args) => compact::execute(args).await,
+        Command::Gc(args) => gc::execute(args).await,
         Command::Publish(args) => publish::execute(args).await,
         Command::Reopen(args) => reopen::execute(args).await,
         Command::Explain(args) => explain::execute(args).await,

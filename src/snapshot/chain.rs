@@ -14,7 +14,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::datatypes::{
+    DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
+};
+use object_store::ObjectStoreExt;
 use datafusion::common::{JoinType, ScalarValue};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -27,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::{FileEntry, Table, UTC};
 use crate::storage::Location;
 use crate::error::{Error, Result};
+use crate::time::format_instant;
 use crate::time::Micros;
 
 /// The `format` of an incremental (segment chain) snapshot manifest.
@@ -291,3 +296,57 @@ pub(crate) fn live_rows(
     }
     live_frame(table, SourceSegments { segments, keys: key_frames }, window, keep_key)
 }
+
+/// Newly written files of one source with their sizes and latest event times.
+pub(crate) async fn describe_files(
+    ctx: &SessionContext,
+    location: &Location,
+    files: &[FileEntry],
+    label: &str,
+    seq: u32,
+    table: Table,
+) -> Result<Listed> {
+    let mut listed = Listed::new();
+    for file in files {
+        let path = location.path(&file.path);
+        let meta = location
+            .store()
+            .head(&path)
+            .await
+            .map_err(|e| Error::store(location.display(&file.path), e))?;
+        let frame = files_frame(ctx, location, &[file.path.clone()], file_schema(table))?;
+        let max_event = max_instant(frame, event_column(table)).await?;
+        listed.push((
+            file.path.clone(),
+            file.clone(),
+            SegmentFile {
+                source: label.to_string(),
+                seq,
+                bytes: meta.size,
+                max_event: max_event.map(format_instant),
+            },
+        ));
+    }
+    Ok(listed)
+}
+
+pub(crate) async fn collect(frame: DataFrame, what: &str) -> Result<Vec<RecordBatch>> {
+    frame.collect().await.map_err(|e| Error::query(what.to_string(), e))
+}
+
+pub(crate) async fn max_instant(frame: DataFrame, column: &str) -> Result<Option<Micros>> {
+    let context = |e| Error::query(format!("the latest {column}"), e);
+    let frame = frame
+        .aggregate(vec![], vec![datafusion::functions_aggregate::expr_fn::max(col(column))])
+        .map_err(context)?;
+    let batches = collect(frame, "the latest event time").await?;
+    let Some(batch) = batches.first().filter(|b| b.num_rows() > 0) else { return Ok(None) };
+    let values = batch.column(0).as_primitive::<TimestampMicrosecondType>();
+    Ok((!values.is_null(0)).then(|| values.value(0)))
+}
+
+pub(crate) async fn count(frame: DataFrame) -> Result<u64> {
+    let n = frame.count().await.map_err(|e| Error::query("counting live rows", e))?;
+    Ok(n as u64)
+}
+

@@ -20,16 +20,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::TimestampMicrosecondType;
-use datafusion::prelude::{col, DataFrame, SessionContext};
+use datafusion::prelude::{col, SessionContext};
 use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 
 use crate::config::job::{JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::snapshot::chain::{
-    self, event_column, files_frame, live_rows, Chain, KeysFile, Listed, SegmentFile, Shadow,
-    SourceMark, KEY_COLUMN,
+    self, collect, count, describe_files, event_column, files_frame, live_rows, Chain, KeysFile,
+    Listed, Shadow, SourceMark, KEY_COLUMN,
 };
 use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
 use crate::storage::Location;
@@ -561,59 +560,6 @@ fn carried_files(previous: &Previous, label: &str, lower: Micros) -> Listed {
         }
     }
     carried
-}
-
-/// Tonight's files of one source with their sizes and latest event times.
-async fn describe_files(
-    ctx: &SessionContext,
-    location: &Location,
-    files: &[FileEntry],
-    label: &str,
-    seq: u32,
-    table: Table,
-) -> Result<Listed> {
-    let mut listed = Listed::new();
-    for file in files {
-        let path = location.path(&file.path);
-        let meta = location
-            .store()
-            .head(&path)
-            .await
-            .map_err(|e| Error::store(location.display(&file.path), e))?;
-        let frame = files_frame(ctx, location, &[file.path.clone()], chain::file_schema(table))?;
-        let max_event = max_instant(frame, event_column(table)).await?;
-        listed.push((
-            file.path.clone(),
-            file.clone(),
-            SegmentFile {
-                source: label.to_string(),
-                seq,
-                bytes: meta.size,
-                max_event: max_event.map(format_instant),
-            },
-        ));
-    }
-    Ok(listed)
-}
-
-async fn collect(frame: DataFrame, what: &str) -> Result<Vec<RecordBatch>> {
-    frame.collect().await.map_err(|e| Error::query(what.to_string(), e))
-}
-
-async fn max_instant(frame: DataFrame, column: &str) -> Result<Option<Micros>> {
-    let context = |e| Error::query(format!("the latest {column}"), e);
-    let frame = frame
-        .aggregate(vec![], vec![datafusion::functions_aggregate::expr_fn::max(col(column))])
-        .map_err(context)?;
-    let batches = collect(frame, "the latest event time").await?;
-    let Some(batch) = batches.first().filter(|b| b.num_rows() > 0) else { return Ok(None) };
-    let values = batch.column(0).as_primitive::<TimestampMicrosecondType>();
-    Ok((!values.is_null(0)).then(|| values.value(0)))
-}
-
-async fn count(frame: DataFrame) -> Result<u64> {
-    let n = frame.count().await.map_err(|e| Error::query("counting live rows", e))?;
-    Ok(n as u64)
 }
 
 /// Tonight's rows of a source hold each key once; a repeated key is bad input.
