@@ -185,10 +185,12 @@ pub(super) async fn decide(
             format_instant(previous_lower)
         ));
     }
-    if let Some(problem) = check_files(&previous).await? {
+    let seq = chain.seq + 1;
+    let every = job.incremental.verify_full_every;
+    let shadow_night = mode == ExportMode::VerifyFull || (every > 0 && seq % every == 0);
+    if let Some(problem) = check_files(&previous, &chain, shadow_night).await? {
         return full(format!("the previous snapshot {name}: {problem}"));
     }
-    let seq = chain.seq + 1;
     Ok(Night::Incremental { previous: Box::new(Previous { chain, ..previous }), seq })
 }
 
@@ -240,37 +242,50 @@ fn empty_chain() -> Chain {
     }
 }
 
-/// Every file the previous manifest lists, present with its size and SHA-256; `Some`
-/// names the first that is not.
-async fn check_files(previous: &Previous) -> Result<Option<String>> {
+/// Every file the previous manifest lists, present with its size; `Some` names the first
+/// that is not. The SHA-256 is checked for the files the previous night wrote (reused for
+/// the first time tonight), and for every file on a shadow-check night: hashing the whole
+/// lookback every night would read it all again, the cost incremental nights remove.
+async fn check_files(previous: &Previous, chain: &Chain, every_hash: bool) -> Result<Option<String>> {
     let listed = previous.manifest.tables.values().flat_map(|t| &t.files);
     let mut files: Vec<(&str, &str, u64)> = Vec::new();
     for file in listed {
-        let Some(meta) = previous.chain.files.get(&file.path) else {
+        let Some(meta) = chain.files.get(&file.path) else {
             return Ok(Some(format!("{} is not in its chain's files", file.path)));
         };
         files.push((&file.path, &file.sha256, meta.bytes));
     }
-    files.extend(previous.chain.keys.iter().map(|k| (k.path.as_str(), k.sha256.as_str(), k.bytes)));
+    files.extend(chain.keys.iter().map(|k| (k.path.as_str(), k.sha256.as_str(), k.bytes)));
+    let store = previous.location.store();
     for (path, sha256, bytes) in files {
         let object = previous.location.path(path);
-        let store = previous.location.store();
-        let got = match store.get(&object).await {
-            Ok(got) => got,
-            Err(object_store::Error::NotFound { .. }) => {
-                return Ok(Some(format!("file {path} is listed but absent")))
+        let shown = || previous.location.display(path);
+        let hash = every_hash || !path.starts_with("../");
+        let size = if hash {
+            match store.get(&object).await {
+                Ok(got) => {
+                    let body = got.bytes().await.map_err(|e| Error::store(shown(), e))?;
+                    if hex::encode(Sha256::digest(&body)) != sha256 && body.len() as u64 == bytes {
+                        return Ok(Some(format!("file {path} does not match its SHA-256 in the manifest")));
+                    }
+                    body.len() as u64
+                }
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Ok(Some(format!("file {path} is listed but absent")))
+                }
+                Err(e) => return Err(Error::store(shown(), e)),
             }
-            Err(e) => return Err(Error::store(previous.location.display(path), e)),
+        } else {
+            match store.head(&object).await {
+                Ok(meta) => meta.size,
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Ok(Some(format!("file {path} is listed but absent")))
+                }
+                Err(e) => return Err(Error::store(shown(), e)),
+            }
         };
-        let body = got.bytes().await.map_err(|e| Error::store(previous.location.display(path), e))?;
-        if body.len() as u64 != bytes {
-            return Ok(Some(format!(
-                "file {path} has {} bytes, the manifest says {bytes}",
-                body.len()
-            )));
-        }
-        if hex::encode(Sha256::digest(&body)) != sha256 {
-            return Ok(Some(format!("file {path} does not match its SHA-256 in the manifest")));
+        if size != bytes {
+            return Ok(Some(format!("file {path} has {size} bytes, the manifest says {bytes}")));
         }
     }
     Ok(None)
@@ -332,6 +347,7 @@ pub(super) async fn finish(
     let mut candidates: Vec<(String, Table, Listed, Vec<KeysFile>)> = Vec::new();
     let mut shadows: Vec<(String, Table, Listed)> = Vec::new();
     let mut total_read = 0;
+    let mut dropped_by_source: BTreeMap<String, Listed> = BTreeMap::new();
     for read in &reads {
         let source = read.source;
         let label = source.label();
@@ -343,7 +359,8 @@ pub(super) async fn finish(
         let mut listed: Listed = Vec::new();
         let mut keys: Vec<KeysFile> = Vec::new();
         if let Some(previous) = previous {
-            let carried = carried_files(previous, &label, lower);
+            let (carried, dropped) = carried_files(previous, &label, lower);
+            dropped_by_source.insert(label.clone(), dropped);
             let superseding = superseding_keys(&ctx, &location, &own, &carried).await?;
             if superseding.num_rows() > 0 {
                 keys.push(write_keys(writer, source, seq, &superseding).await?);
@@ -393,11 +410,14 @@ pub(super) async fn finish(
 
     // Live rows per source: the counts `run` reports, checked against last night's.
     for (label, table, listed, keys) in &candidates {
-        let live = count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?).await?;
-        if let Some(previous) = previous {
-            let source = Continuity { label, table: *table, listed, keys, lower, cut };
-            source.check(&ctx, &location, previous, live).await?;
-        }
+        let live = match previous {
+            None => count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?).await?,
+            Some(previous) => {
+                let dropped = dropped_by_source.get(label).map(Vec::as_slice).unwrap_or_default();
+                let source = Continuity { label, table: *table, listed, dropped, keys, seq, lower, cut };
+                source.live_rows(&ctx, &location, previous).await?
+            }
+        };
         chain.live_rows.insert(label.clone(), live);
     }
 
@@ -446,93 +466,155 @@ pub(super) async fn finish(
     Ok(line)
 }
 
-/// One source of tonight's candidate manifest, for the continuity check.
+/// One source of tonight's candidate manifest, for its live rows and the continuity check.
 struct Continuity<'a> {
     label: &'a str,
     table: Table,
+    /// Carried and tonight's files.
     listed: &'a Listed,
+    /// The previous night's files the lookback no longer needs.
+    dropped: &'a [(String, FileEntry, chain::SegmentFile)],
+    /// The keys files tonight's manifest lists (tonight's own included).
     keys: &'a [KeysFile],
+    seq: u32,
     lower: Micros,
     cut: Micros,
 }
 
 impl Continuity<'_> {
-    /// `live(N) = kept + added + revived`, each counted on its own inputs: `kept`, the rows
-    /// live in the previous manifest (read through its own files and keys) that tonight's
-    /// keys do not supersede and the lookback still holds; `added`, tonight's rows in the
-    /// window; `revived`, rows of carried files whose event time passed the previous cut
-    /// that nothing supersedes. A file lost between the nights, or a keys file listed
-    /// wrongly, breaks it.
-    async fn check(
+    /// Tonight's live rows, from one scan of the source's keys and event times over every
+    /// file of both nights; checked before the manifest against last night's: the rows
+    /// that scan finds live under last night's rules must be exactly the live rows the
+    /// previous manifest recorded. A file lost between the nights, a keys file listed
+    /// wrongly, or a merge that loses or revives a version breaks it.
+    async fn live_rows(
         &self,
         ctx: &SessionContext,
         location: &Location,
         previous: &Previous,
-        live: u64,
-    ) -> Result<()> {
-        let Continuity { label, table, listed, keys, lower, cut } = *self;
-        let previous_listed: Listed = previous
-            .manifest
-            .tables
-            .values()
-            .flat_map(|t| &t.files)
-            .filter_map(|f| {
-                let meta = previous.chain.files.get(&f.path)?;
-                (meta.source == label).then(|| {
-                    let path = sibling(&previous.folder, &f.path);
-                    (path.clone(), FileEntry { path, ..f.clone() }, meta.clone())
-                })
-            })
-            .collect();
-        let previous_keys: Vec<KeysFile> = previous
-            .chain
-            .keys
-            .iter()
-            .filter(|k| k.source == label)
-            .map(|k| KeysFile { path: sibling(&previous.folder, &k.path), ..k.clone() })
-            .collect();
-        let previous_lower = parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
-            .unwrap_or(Micros::MIN);
-        let context = |e| Error::query(format!("the continuity check of {label}"), e);
-        let was_live = live_rows(ctx, location, table, &previous_listed, &previous_keys, (previous_lower, previous.cut), true)?;
-        let tonight_keys: Vec<String> = keys
-            .iter()
-            .filter(|k| !k.path.starts_with("../"))
-            .map(|k| k.path.clone())
-            .collect();
-        let kept = if tonight_keys.is_empty() {
-            was_live
-        } else {
-            let superseding = files_frame(ctx, location, &tonight_keys, chain::keys_schema())?
-                .select(vec![col(KEY_COLUMN).alias("superseded_key")])
+    ) -> Result<u64> {
+        use datafusion::functions_aggregate::expr_fn::{max, sum};
+        use datafusion::prelude::{lit, when};
+        let Continuity { label, table, listed, dropped, keys, seq, lower, cut } = *self;
+        let context = |e| Error::query(format!("the live rows of {label}"), e);
+        let event = event_column(table);
+        let schema = chain::file_schema(table);
+        let mut by_seq: BTreeMap<(u32, bool), Vec<String>> = BTreeMap::new();
+        for (path, _, meta) in listed.iter() {
+            by_seq.entry((meta.seq, false)).or_default().push(path.clone());
+        }
+        for (path, _, meta) in dropped {
+            by_seq.entry((meta.seq, true)).or_default().push(path.clone());
+        }
+        let mut rows: Option<datafusion::prelude::DataFrame> = None;
+        for ((file_seq, is_dropped), paths) in by_seq {
+            let frame = files_frame(ctx, location, &paths, std::sync::Arc::clone(&schema))?
+                .select(vec![
+                    col(KEY_COLUMN),
+                    col(event).alias("event"),
+                    lit(i64::from(file_seq)).alias("seq"),
+                    lit(is_dropped).alias("dropped"),
+                ])
                 .map_err(context)?;
-            was_live
-                .join(superseding, datafusion::common::JoinType::LeftAnti, &[KEY_COLUMN], &["superseded_key"], None)
-                .map_err(context)?
-        };
-        let kept = kept
-            .filter(col(event_column(table)).gt(datafusion::prelude::lit(chain::instant(lower))))
-            .map_err(context)?;
-        let kept = count(kept).await?;
-        let own: Listed = listed.iter().filter(|(p, _, _)| !p.starts_with("../")).cloned().collect();
-        let carried: Listed = listed.iter().filter(|(p, _, _)| p.starts_with("../")).cloned().collect();
-        let added = count(live_rows(ctx, location, table, &own, &[], (lower, cut), false)?).await?;
-        let revived = if carried.is_empty() {
-            0
-        } else {
-            count(live_rows(ctx, location, table, &carried, keys, (previous.cut, cut), false)?).await?
-        };
-        if kept + added + revived != live {
-            return Err(Error::Snapshot {
-                location: location.display(""),
-                message: format!(
-                    "continuity check failed for {label}: {kept} rows still live from {} + {added} added tonight + {revived} now due = {}, but the new manifest holds {live} live rows",
-                    previous.folder,
-                    kept + added + revived
-                ),
+            rows = Some(match rows {
+                None => frame,
+                Some(all) => all.union(frame).map_err(context)?,
             });
         }
-        Ok(())
+        let Some(rows) = rows else { return Ok(0) };
+        // Every keys file of both nights, newest segment per key: last night's, and
+        // whether tonight's lists it.
+        let mut all_keys: Vec<KeysFile> = keys.to_vec();
+        for k in previous.chain.keys.iter().filter(|k| k.source == label) {
+            let path = sibling(&previous.folder, &k.path);
+            if !all_keys.iter().any(|known| known.path == path) {
+                all_keys.push(KeysFile { path, ..k.clone() });
+            }
+        }
+        let tonight = i64::from(seq);
+        let mut key_frames: Option<datafusion::prelude::DataFrame> = None;
+        for k in &all_keys {
+            let frame = files_frame(ctx, location, &[k.path.clone()], chain::keys_schema())?
+                .select(vec![col(KEY_COLUMN).alias("k_key"), lit(i64::from(k.seq)).alias("k_seq")])
+                .map_err(context)?;
+            key_frames = Some(match key_frames {
+                None => frame,
+                Some(all) => all.union(frame).map_err(context)?,
+            });
+        }
+        let rows = match key_frames {
+            None => rows
+                .select(vec![
+                    col(KEY_COLUMN),
+                    col("event"),
+                    col("seq"),
+                    col("dropped"),
+                    lit(datafusion::common::ScalarValue::Int64(None)).alias("prev_newest"),
+                    lit(0i64).alias("tonight"),
+                ])
+                .map_err(context)?,
+            Some(keys) => {
+                let newest = keys
+                    .aggregate(
+                        vec![col("k_key")],
+                        vec![
+                            max(when(col("k_seq").lt(lit(tonight)), col("k_seq")).end().map_err(context)?)
+                                .alias("prev_newest"),
+                            max(when(col("k_seq").eq(lit(tonight)), lit(1i64)).otherwise(lit(0i64)).map_err(context)?)
+                                .alias("tonight"),
+                        ],
+                    )
+                    .map_err(context)?;
+                rows.join(newest, datafusion::common::JoinType::Left, &[KEY_COLUMN], &["k_key"], None)
+                    .map_err(context)?
+            }
+        };
+        let not_superseded_before =
+            col("prev_newest").is_null().or(col("prev_newest").lt_eq(col("seq")));
+        let in_window = |from: Micros, to: Micros| {
+            col("event")
+                .gt(lit(chain::instant(from)))
+                .and(col("event").lt_eq(lit(chain::instant(to))))
+        };
+        let previous_lower =
+            parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or("")).unwrap_or(Micros::MIN);
+        let was_live = col("seq")
+            .lt(lit(tonight))
+            .and(not_superseded_before.clone())
+            .and(in_window(previous_lower, previous.cut));
+        let is_live = col("dropped")
+            .eq(lit(false))
+            .and(not_superseded_before)
+            .and(col("seq").eq(lit(tonight)).or(col("tonight").is_null()).or(col("tonight").eq(lit(0i64))))
+            .and(in_window(lower, cut));
+        let one = |e: datafusion::prelude::Expr| -> Result<datafusion::prelude::Expr> {
+            Ok(sum(when(e, lit(1i64)).otherwise(lit(0i64)).map_err(context)?))
+        };
+        let counts = rows
+            .aggregate(vec![], vec![one(was_live)?.alias("was_live"), one(is_live)?.alias("is_live")])
+            .map_err(context)?;
+        let batches = collect(counts, "counting live rows").await?;
+        let value = |name: &str| -> u64 {
+            batches
+                .first()
+                .and_then(|b| b.column_by_name(name))
+                .map(|c| c.as_primitive::<datafusion::arrow::datatypes::Int64Type>())
+                .filter(|c| !c.is_empty() && !c.is_null(0))
+                .map_or(0, |c| c.value(0) as u64)
+        };
+        let (was_live, live) = (value("was_live"), value("is_live"));
+        if let Some(&recorded) = previous.chain.live_rows.get(label) {
+            if was_live != recorded {
+                return Err(Error::Snapshot {
+                    location: location.display(""),
+                    message: format!(
+                        "continuity check failed for {label}: {} recorded {recorded} live rows, its files now hold {was_live}",
+                        previous.folder
+                    ),
+                });
+            }
+        }
+        Ok(live)
     }
 }
 
@@ -545,21 +627,25 @@ fn sibling(folder: &str, path: &str) -> String {
     }
 }
 
-/// The previous night's files of `label` that the lookback still needs.
-fn carried_files(previous: &Previous, label: &str, lower: Micros) -> Listed {
-    let mut carried = Listed::new();
+/// The previous night's files of `label`: those the lookback still needs, and those it
+/// no longer does (every row at or before `lower`), as tonight's manifest names them.
+fn carried_files(previous: &Previous, label: &str, lower: Micros) -> (Listed, Listed) {
+    let (mut carried, mut dropped) = (Listed::new(), Listed::new());
     for file in previous.manifest.tables.values().flat_map(|t| &t.files) {
         let Some(meta) = previous.chain.files.get(&file.path) else { continue };
         if meta.source != label {
             continue;
         }
-        let needed = meta.max_event.as_deref().and_then(|m| parse_instant(m).ok()).is_some_and(|m| m > lower);
-        if needed {
-            let path = sibling(&previous.folder, &file.path);
-            carried.push((path.clone(), FileEntry { path, ..file.clone() }, meta.clone()));
+        let latest = meta.max_event.as_deref().and_then(|m| parse_instant(m).ok());
+        let path = sibling(&previous.folder, &file.path);
+        let entry = (path.clone(), FileEntry { path, ..file.clone() }, meta.clone());
+        if latest.is_some_and(|m| m > lower) {
+            carried.push(entry);
+        } else {
+            dropped.push(entry);
         }
     }
-    carried
+    (carried, dropped)
 }
 
 /// Tonight's rows of a source hold each key once; a repeated key is bad input.
