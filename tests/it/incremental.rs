@@ -39,17 +39,26 @@ thread_local! {
 
 /// A connection that runs statements and reads one text column.
 enum Db {
-    My(sqlx::MySqlConnection),
+    /// MariaDB, with the session zone its DATETIMEs are written in (hours east of UTC).
+    My(sqlx::MySqlConnection, i64),
     Pg(sqlx::PgConnection),
     Lite(sqlx::SqliteConnection),
 }
 
 impl Db {
     async fn connect(url: &str) -> Db {
+        Db::connect_zoned(url, 0).await
+    }
+
+    /// A connection writing zone-less times as wall time `hours` east of UTC (MariaDB).
+    async fn connect_zoned(url: &str, hours: i64) -> Db {
         if url.starts_with("postgres") {
             Db::Pg(sqlx::PgConnection::connect(url).await.unwrap())
         } else if url.starts_with("mysql") {
-            Db::My(sqlx::MySqlConnection::connect(url).await.unwrap())
+            let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+            let zone = format!("SET time_zone = '{:+03}:00'", hours);
+            sqlx::raw_sql(&zone).execute(&mut conn).await.unwrap();
+            Db::My(conn, hours)
         } else {
             Db::Lite(sqlx::SqliteConnection::connect(url).await.unwrap())
         }
@@ -57,7 +66,7 @@ impl Db {
 
     async fn run(&mut self, sql: &str) {
         let result = match self {
-            Db::My(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
+            Db::My(c, _) => sqlx::raw_sql(sql).execute(c).await.map(drop),
             Db::Pg(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
             Db::Lite(c) => sqlx::raw_sql(sql).execute(c).await.map(drop),
         };
@@ -66,7 +75,7 @@ impl Db {
 
     async fn strings(&mut self, sql: &str) -> Vec<String> {
         let rows: Vec<(String,)> = match self {
-            Db::My(c) => sqlx::query_as(sql).fetch_all(c).await,
+            Db::My(c, _) => sqlx::query_as(sql).fetch_all(c).await,
             Db::Pg(c) => sqlx::query_as(sql).fetch_all(c).await,
             Db::Lite(c) => sqlx::query_as(sql).fetch_all(c).await,
         }
@@ -74,12 +83,16 @@ impl Db {
         rows.into_iter().map(|(s,)| s).collect()
     }
 
-    /// A time literal of the family (MySQL DATETIME and SQLite text hold UTC here).
+    /// A time literal of the family (SQLite text holds UTC here, MariaDB its zone's wall time).
     fn at(&self, micros: Micros) -> String {
         let t = chrono::DateTime::from_timestamp_micros(micros).unwrap();
         match self {
             Db::Pg(_) => format!("'{}+00'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
-            _ => format!("'{}'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
+            Db::My(_, hours) => {
+                let wall = t + chrono::Duration::hours(*hours);
+                format!("'{}'", wall.format("%Y-%m-%d %H:%M:%S%.6f"))
+            }
+            Db::Lite(_) => format!("'{}'", t.format("%Y-%m-%d %H:%M:%S%.6f")),
         }
     }
 }
@@ -87,6 +100,8 @@ impl Db {
 /// One database, its job and two roots: the chain's and the full exports'.
 struct Bench {
     url: String,
+    /// Hours east of UTC of the zone-less times (MariaDB), 0 elsewhere.
+    hours: i64,
     job: PathBuf,
     chain_root: PathBuf,
     full_root: PathBuf,
@@ -95,24 +110,40 @@ struct Bench {
 
 impl Bench {
     async fn new(url: String, margin: &str) -> Bench {
+        Bench::zoned(url, margin, 0).await
+    }
+
+    /// A source whose zone-less DATETIMEs are wall times `hours` east of UTC (`timezone` on
+    /// every source, the loader and the history writing in that zone).
+    async fn zoned(url: String, margin: &str, hours: i64) -> Bench {
         let dir = tempfile::tempdir().unwrap();
         let job = job_file(dir.path(), &url, None);
         let mut text = std::fs::read_to_string(&job).unwrap();
+        if hours != 0 {
+            let zone = format!("url   = \"{url}\"\ntimezone = \"{:+03}:00\"", hours);
+            text = text.replace(&format!("url   = \"{url}\""), &zone);
+        }
         text.push_str(&format!("\n[incremental]\nmargin = \"{margin}\"\nverify_full_every = 0\n"));
         std::fs::write(&job, text).unwrap();
         let day = tempfile::tempdir().unwrap().keep().join("day");
         let location = Location::parse(day.to_str().unwrap()).unwrap();
         let plan = effect_recon::workload::WorkloadPlan::new(location.clone(), 300).unwrap();
         effect_recon::workload::generate(&plan).await.unwrap();
-        load::load_snapshot(&location, &url, &Default::default()).await.unwrap();
+        let options = load::LoadOptions { utc_offset_secs: (hours * 3600) as i32, ..Default::default() };
+        load::load_snapshot(&location, &url, &options).await.unwrap();
         age_change_columns(&url).await;
         Bench {
             url,
+            hours,
             job,
             chain_root: dir.path().join("recon"),
             full_root: dir.path().join("full"),
             _dir: dir,
         }
+    }
+
+    async fn db(&self) -> Db {
+        Db::connect_zoned(&self.url, self.hours).await
     }
 
     fn job(&self) -> JobConfig {
@@ -158,7 +189,7 @@ async fn age_change_columns(url: &str) {
                 "ALTER TABLE {table} DISABLE TRIGGER USER; UPDATE {table} SET updated_at = '2026-01-01 00:00:00+00'; ALTER TABLE {table} ENABLE TRIGGER USER"
             ),
             Db::Lite(_) => format!("UPDATE {table} SET updated_at = '2026-01-01 00:00:00.000'"),
-            Db::My(_) => format!("UPDATE {table} SET updated_at = '2026-01-01 00:00:00'"),
+            Db::My(..) => format!("UPDATE {table} SET updated_at = '2026-01-01 00:00:00'"),
         };
         db.run(&sql).await;
     }
@@ -268,7 +299,7 @@ fn new_order(db: &Db, order: i64, at: Micros) -> String {
 /// that updated a row before it is still open, and commits it afterwards.
 async fn history(bench: &Bench, naive: bool) -> Vec<bool> {
     let cut0 = parse_instant(CUT).unwrap();
-    let mut db = Db::connect(&bench.url).await;
+    let mut db = bench.db().await;
     let p = picks(&mut db, cut0).await;
     let counts = (p.skipped.len(), p.pending.len(), p.receipts.len(), p.done.len());
     assert!(counts.0 >= 2 && counts.1 >= 1 && counts.2 >= 2 && counts.3 >= 2, "{counts:?}");
@@ -300,7 +331,7 @@ async fn history(bench: &Bench, naive: bool) -> Vec<bool> {
     // Night 3: a transaction updates a row, stays open over the export, commits after it.
     let cut = cut0 + 2 * DAY_MICROS;
     db.run(&new_order(&db, 900_003, cut - 2 * HOUR)).await;
-    let mut open = Db::connect(&bench.url).await;
+    let mut open = bench.db().await;
     open.run("BEGIN").await;
     open.run(&format!("UPDATE idempotent_msg SET action = 'REVOKED' WHERE msg_id = '{}'", p.skipped[1]))
         .await;
@@ -628,4 +659,23 @@ async fn sqlite_compaction_keeps_every_live_row_and_gc_keeps_every_referenced_fi
     super::reliability::say(&format!(
         "incremental compact/gc: a killed compaction reran to the same manifest; gc kept {after} of {before} files, every retained snapshot whole"
     ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_chain_in_plus_eight_hours_equals_the_utc_chain() {
+    let Some(base) = env_url(MYSQL_ENV) else { return };
+    let utc = Bench::new(mysql_database(&base, "incremental_utc").await, "1s").await;
+    let east = Bench::zoned(mysql_database(&base, "incremental_east").await, "1s", 8).await;
+    assert_eq!(history(&utc, false).await, vec![true; 4]);
+    assert_eq!(history(&east, false).await, vec![true; 4]);
+    let cut0 = parse_instant(CUT).unwrap();
+    for night in 0..4 {
+        let name = format!("snapshot={}", format_compact(cut0 + night * DAY_MICROS));
+        assert_eq!(
+            live_rows(&utc.chain_root.join(&name)).await,
+            live_rows(&east.chain_root.join(&name)).await,
+            "night {night}: the +08:00 chain differs from the UTC chain"
+        );
+    }
+    super::reliability::say("incremental MariaDB +08:00: 4 nights, the chain of zone-less +08:00 DATETIMEs equals the UTC chain");
 }
