@@ -679,3 +679,38 @@ async fn mariadb_chain_in_plus_eight_hours_equals_the_utc_chain() {
     }
     super::reliability::say("incremental MariaDB +08:00: 4 nights, the chain of zone-less +08:00 DATETIMEs equals the UTC chain");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_chain_over_two_databases_keeps_a_watermark_per_database() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let bench = Bench::new(sqlite_url(&dir), "5m").await;
+    // The logistics receipts come from a second database with its own probe.
+    let second = format!("sqlite:{}", dir.join("logistics.db").display());
+    let day = tempfile::tempdir().unwrap().keep().join("day");
+    let location = Location::parse(day.to_str().unwrap()).unwrap();
+    let plan = effect_recon::workload::WorkloadPlan::new(location.clone(), 300).unwrap();
+    effect_recon::workload::generate(&plan).await.unwrap();
+    load::load_snapshot(&location, &second, &Default::default()).await.unwrap();
+    age_change_columns(&second).await;
+    let text = std::fs::read_to_string(&bench.job).unwrap();
+    let (head, logistics) = text.split_once("name  = \"logistics\"").unwrap();
+    let logistics = logistics.replacen(&bench.url, &second, 1);
+    std::fs::write(&bench.job, format!("{head}name  = \"logistics\"{logistics}")).unwrap();
+
+    let cut0 = parse_instant(CUT).unwrap();
+    assert!(night(&bench, cut0, "full").await);
+    let mut db2 = Db::connect(&second).await;
+    let receipt = db2
+        .strings("SELECT receipt_id FROM logistics_receipt WHERE status = 'SUCCEEDED' ORDER BY receipt_id")
+        .await
+        .remove(0);
+    db2.run(&format!("UPDATE logistics_receipt SET status = 'REVERSED' WHERE receipt_id = '{receipt}'")).await;
+    let mut db1 = Db::connect(&bench.url).await;
+    db1.run(&new_order(&db1, 900_011, cut0 + DAY_MICROS - HOUR)).await;
+    assert!(night(&bench, cut0 + DAY_MICROS, "incremental").await, "the chain over two databases differs");
+    let chain = manifest(&bench.chain_root, cut0 + DAY_MICROS).chain.unwrap();
+    let (ledger, logistics) = (&chain.sources["ledger[fulfilment]"], &chain.sources["receipts[logistics]"]);
+    assert!(ledger.watermark.is_some() && logistics.watermark.is_some());
+    assert_ne!(ledger.probe_time, logistics.probe_time, "one probe per database");
+    assert_eq!(chain.sources["receipts[points]"].probe_time, ledger.probe_time, "one probe per database");
+}
