@@ -68,7 +68,12 @@ pub async fn compact(root: &Location) -> Result<CompactReport> {
     };
     let files_before = old.files.len();
     if old.keys.is_empty() && old.files.keys().all(|p| !p.starts_with("../")) {
-        return Ok(CompactReport { head, written: None, files: (files_before, files_before), rows: old.live_rows });
+        return Ok(CompactReport {
+            head,
+            written: None,
+            files: (files_before, files_before),
+            rows: old.live_rows,
+        });
     }
     let name = next_name(&head);
     let out = root.join(&name);
@@ -157,12 +162,15 @@ fn source_files(
     chain: &Chain,
     label: &str,
 ) -> Result<(Listed, Vec<KeysFile>, Table)> {
-    let sibling = |p: &str| if p.starts_with("../") { p.to_string() } else { format!("../{head}/{p}") };
+    let sibling =
+        |p: &str| if p.starts_with("../") { p.to_string() } else { format!("../{head}/{p}") };
     let mut listed = Listed::new();
     let mut table = None;
     for (name, files) in &manifest.tables {
         for file in &files.files {
-            let Some(meta) = chain.files.get(&file.path).filter(|m| m.source == label) else { continue };
+            let Some(meta) = chain.files.get(&file.path).filter(|m| m.source == label) else {
+                continue;
+            };
             table = Table::from_name(name);
             let path = sibling(&file.path);
             listed.push((path.clone(), FileEntry { path, ..file.clone() }, meta.clone()));

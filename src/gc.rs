@@ -90,18 +90,25 @@ pub async fn gc(plan: &GcPlan) -> Result<GcReport> {
         .await
         .map_err(|e| Error::store(root.display(""), e))?;
     let relative = |p: &Path| -> String {
-        p.as_ref().strip_prefix(prefix.as_ref()).unwrap_or(p.as_ref()).trim_start_matches('/').to_string()
+        p.as_ref()
+            .strip_prefix(prefix.as_ref())
+            .unwrap_or(p.as_ref())
+            .trim_start_matches('/')
+            .to_string()
     };
     let age = |o: &object_store::ObjectMeta| now - o.last_modified.timestamp_micros();
     // Folders a writer is writing now: a claim younger than the grace period.
     let claimed: BTreeSet<String> = objects
         .iter()
-        .filter(|o| o.location.filename().is_some_and(|f| f.starts_with("_writing.")) && age(o) < plan.grace)
+        .filter(|o| {
+            o.location.filename().is_some_and(|f| f.starts_with("_writing.")) && age(o) < plan.grace
+        })
         .filter_map(|o| relative(&o.location).split('/').next().map(str::to_string))
         .collect();
     let mut manifests = Vec::new();
     let mut others = Vec::new();
-    let mut report = GcReport { retained: retained.iter().cloned().collect(), ..GcReport::default() };
+    let mut report =
+        GcReport { retained: retained.iter().cloned().collect(), ..GcReport::default() };
     for object in &objects {
         let path = relative(&object.location);
         let folder = path.split('/').next().unwrap_or("");

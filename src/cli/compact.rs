@@ -8,8 +8,10 @@ use super::Outcome;
 /// (snapshot=<cut>.c001), without a database: same live rows, same watermarks, so the
 /// next night follows it. Crash-safe (manifest last); the old files stay until `gc`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Exit codes: 0 ok (also when the head is already compact), 2 error (no manifest is written).\n\
-Example:\n  effect-recon compact --root /var/lib/effect-recon && effect-recon gc --root /var/lib/effect-recon --apply")]
+#[command(
+    after_help = "Exit codes: 0 ok (also when the head is already compact), 2 error (no manifest is written).\n\
+Example:\n  effect-recon compact --root /var/lib/effect-recon && effect-recon gc --root /var/lib/effect-recon --apply"
+)]
 pub(super) struct CompactArgs {
     /// The root holding snapshot=<cut>/ folders: a directory, file:// or s3:// URL.
     #[arg(long, value_name = "DIR|URL")]

@@ -14,23 +14,23 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::datatypes::{
     DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType,
 };
-use object_store::ObjectStoreExt;
 use datafusion::common::{JoinType, ScalarValue};
-use datafusion::arrow::array::RecordBatch;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use datafusion::prelude::{col, lit, DataFrame, SessionContext};
+use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
 use super::{FileEntry, Table, UTC};
-use crate::storage::Location;
 use crate::error::{Error, Result};
+use crate::storage::Location;
 use crate::time::format_instant;
 use crate::time::Micros;
 
@@ -167,7 +167,8 @@ pub fn event_column(table: Table) -> &'static str {
 
 /// The schema of a table's `@2` files: the contract's columns, then `recon_key`.
 pub fn file_schema(table: Table) -> SchemaRef {
-    let mut fields: Vec<Field> = table.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    let mut fields: Vec<Field> =
+        table.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     fields.push(Field::new(KEY_COLUMN, DataType::Utf8, false));
     Arc::new(Schema::new(fields))
 }
@@ -212,16 +213,17 @@ pub fn live_frame(
         let rows = match union_all(later).map_err(context)? {
             None => rows,
             Some(keys) => {
-                let keys = keys.select(vec![col(KEY_COLUMN).alias("superseded_key")]).map_err(context)?;
+                let keys =
+                    keys.select(vec![col(KEY_COLUMN).alias("superseded_key")]).map_err(context)?;
                 rows.join(keys, JoinType::LeftAnti, &[KEY_COLUMN], &["superseded_key"], None)
                     .map_err(context)?
             }
         };
         frames.push(rows);
     }
-    let all = union_all(frames).map_err(context)?.ok_or_else(|| {
-        Error::Internal(format!("a source of {} has no segment", table.name()))
-    })?;
+    let all = union_all(frames)
+        .map_err(context)?
+        .ok_or_else(|| Error::Internal(format!("a source of {} has no segment", table.name())))?;
     let event = col(event_column(table));
     let (lower, cut) = window;
     let live = all
@@ -258,8 +260,9 @@ pub(crate) fn files_frame(
         .map_err(context)?;
     let options =
         ListingOptions::new(Arc::new(ParquetFormat::default())).with_file_extension(".parquet");
-    let config =
-        ListingTableConfig::new_with_multi_paths(urls).with_listing_options(options).with_schema(schema);
+    let config = ListingTableConfig::new_with_multi_paths(urls)
+        .with_listing_options(options)
+        .with_schema(schema);
     let table = ListingTable::try_new(config).map_err(context)?;
     ctx.read_table(Arc::new(table)).map_err(context)
 }
@@ -349,4 +352,3 @@ pub(crate) async fn count(frame: DataFrame) -> Result<u64> {
     let n = frame.count().await.map_err(|e| Error::query("counting live rows", e))?;
     Ok(n as u64)
 }
-

@@ -28,8 +28,8 @@ use datafusion::prelude::{cast, ident, DataFrame, Expr, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
-use super::row_groups::{FileRowGroups, OrderRangeTable, RowGroupIndex};
 use super::chain::{self, Chain, CHAIN_FORMAT};
+use super::row_groups::{FileRowGroups, OrderRangeTable, RowGroupIndex};
 use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, KEY_SPEC, MANIFEST, SNAPSHOT_FORMAT};
 use crate::error::{Error, Result};
 use crate::storage::Location;
@@ -124,7 +124,9 @@ impl Snapshot {
                 if table.is_none_or(|t| check_chain_path(t, &keys.path).is_err()) {
                     return Err(Error::SnapshotFile {
                         file: location.display(&keys.path),
-                        message: "a keys file must lie in its table's folder of a snapshot of the chain".into(),
+                        message:
+                            "a keys file must lie in its table's folder of a snapshot of the chain"
+                                .into(),
                         source: None,
                     });
                 }
@@ -333,7 +335,10 @@ impl Snapshot {
                             None => groups.push((Arc::clone(schema), vec![url.clone()])),
                         }
                     }
-                    rows.push((*seq, self.table_frame(ctx, table, groups, &row_groups, true).await?));
+                    rows.push((
+                        *seq,
+                        self.table_frame(ctx, table, groups, &row_groups, true).await?,
+                    ));
                 }
                 let mut keys = Vec::new();
                 for file in chain.keys.iter().filter(|k| &k.source == source) {

@@ -129,7 +129,8 @@ impl Bench {
         let location = Location::parse(day.to_str().unwrap()).unwrap();
         let plan = effect_recon::workload::WorkloadPlan::new(location.clone(), 300).unwrap();
         effect_recon::workload::generate(&plan).await.unwrap();
-        let options = load::LoadOptions { utc_offset_secs: (hours * 3600) as i32, ..Default::default() };
+        let options =
+            load::LoadOptions { utc_offset_secs: (hours * 3600) as i32, ..Default::default() };
         load::load_snapshot(&location, &url, &options).await.unwrap();
         age_change_columns(&url).await;
         Bench {
@@ -157,7 +158,10 @@ impl Bench {
     }
 
     /// [`Bench::export_both`] and the rows each export read: `(chain, full)`.
-    async fn export_both_counted(&self, cut: Micros) -> (PathBuf, PathBuf, SnapshotManifest, (u64, u64)) {
+    async fn export_both_counted(
+        &self,
+        cut: Micros,
+    ) -> (PathBuf, PathBuf, SnapshotManifest, (u64, u64)) {
         let name = format!("snapshot={}", format_compact(cut));
         let chained = self.chain_root.join(&name);
         let plan = |out: &Path| ExportPlan {
@@ -175,8 +179,13 @@ impl Bench {
 }
 
 /// The tables of the recommended schema.
-const TABLES: [&str; 5] =
-    ["idempotent_msg", "order_status_history", "points_receipt", "wms_receipt", "logistics_receipt"];
+const TABLES: [&str; 5] = [
+    "idempotent_msg",
+    "order_status_history",
+    "points_receipt",
+    "wms_receipt",
+    "logistics_receipt",
+];
 
 /// Moves every loaded row's change column back to January: a loaded day is then as old
 /// as a real one, so a night re-reads only what the history changes (and the carried
@@ -333,8 +342,11 @@ async fn history(bench: &Bench, naive: bool) -> Vec<bool> {
     db.run(&new_order(&db, 900_003, cut - 2 * HOUR)).await;
     let mut open = bench.db().await;
     open.run("BEGIN").await;
-    open.run(&format!("UPDATE idempotent_msg SET action = 'REVOKED' WHERE msg_id = '{}'", p.skipped[1]))
-        .await;
+    open.run(&format!(
+        "UPDATE idempotent_msg SET action = 'REVOKED' WHERE msg_id = '{}'",
+        p.skipped[1]
+    ))
+    .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     if naive {
         equal.push(naive_night(bench, cut).await);
@@ -345,8 +357,11 @@ async fn history(bench: &Bench, naive: bool) -> Vec<bool> {
 
     // Night 4: the committed update must be in the chain now.
     let cut = cut0 + 3 * DAY_MICROS;
-    db.run(&format!("UPDATE points_receipt SET status = 'REVERSED' WHERE receipt_id = '{}'", p.receipts[1]))
-        .await;
+    db.run(&format!(
+        "UPDATE points_receipt SET status = 'REVERSED' WHERE receipt_id = '{}'",
+        p.receipts[1]
+    ))
+    .await;
     if naive {
         equal.push(naive_night(bench, cut).await);
     } else {
@@ -375,11 +390,8 @@ async fn naive_night(bench: &Bench, cut: Micros) -> bool {
     .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", text(&output).1);
     let full = bench.full_root.join(&name);
-    let plan = ExportPlan {
-        job: bench.job(),
-        out: Location::parse(full.to_str().unwrap()).unwrap(),
-        cut,
-    };
+    let plan =
+        ExportPlan { job: bench.job(), out: Location::parse(full.to_str().unwrap()).unwrap(), cut };
     export::export_with(&plan, ExportMode::Full, &Events::none()).await.unwrap();
     live_rows(&chained).await == live_rows(&full).await
 }
@@ -481,10 +493,17 @@ async fn sqlite_shadow_check_catches_a_hard_delete_and_a_stale_change_column() {
     let cut = cut0 + 2 * DAY_MICROS;
     let (code, err) = nightly(&bench, cut, &["--verify-full"]);
     assert_eq!(code, Some(3), "{err}");
-    let named = format!("receipts[points] key '{}': live in the chain, not in the full export", p.receipts[0]);
+    let named = format!(
+        "receipts[points] key '{}': live in the chain, not in the full export",
+        p.receipts[0]
+    );
     assert!(err.contains("shadow check FAILED") && err.contains(&named), "{err}");
     let rebased = manifest(&bench.chain_root, cut).chain.unwrap();
-    assert_eq!((rebased.seq, rebased.mode.as_str()), (0, "full"), "the chain rebases on the full export");
+    assert_eq!(
+        (rebased.seq, rebased.mode.as_str()),
+        (0, "full"),
+        "the chain rebases on the full export"
+    );
     assert_eq!(rebased.shadow.unwrap().result, "differs");
 
     // The next night follows the rebased chain and is COMPLETE.
@@ -548,17 +567,31 @@ async fn bad_change_columns_and_broken_previous_snapshots_are_refused_or_exporte
     let out = |name: &str| bench.chain_root.join(name);
 
     // A change column the query does not return: named, exit 2, no manifest.
-    let job = edited_job(&bench, |t| t.replacen("changed_column = \"updated_at\"\nquery = \"\"\"\nSELECT id,", "changed_column = \"modified_at\"\nquery = \"\"\"\nSELECT id,", 1));
+    let job = edited_job(&bench, |t| {
+        t.replacen(
+            "changed_column = \"updated_at\"\nquery = \"\"\"\nSELECT id,",
+            "changed_column = \"modified_at\"\nquery = \"\"\"\nSELECT id,",
+            1,
+        )
+    });
     let (code, err) = export_cli(&job, &out("bad-column"), cut0);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("orders") && err.contains("'modified_at'") && err.contains("changed_column"), "{err}");
+    assert!(
+        err.contains("orders") && err.contains("'modified_at'") && err.contains("changed_column"),
+        "{err}"
+    );
     assert!(!out("bad-column").join("manifest.json").exists());
 
     // A key that is not unique: the value is named.
-    let job = edited_job(&bench, |t| t.replacen("key            = \"msg_id\"", "key            = \"order_id\"", 1));
+    let job = edited_job(&bench, |t| {
+        t.replacen("key            = \"msg_id\"", "key            = \"order_id\"", 1)
+    });
     let (code, err) = export_cli(&job, &out("bad-key"), cut0);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("fulfilment") && err.contains("key column order_id is not unique"), "{err}");
+    assert!(
+        err.contains("fulfilment") && err.contains("key column order_id is not unique"),
+        "{err}"
+    );
     assert!(!out("bad-key").join("manifest.json").exists());
 
     // A key without its change column is a config error.
@@ -585,7 +618,8 @@ async fn bad_change_columns_and_broken_previous_snapshots_are_refused_or_exporte
     assert_eq!(chain.mode, "full");
     assert!(chain.reason.unwrap().contains("does not match its SHA-256"));
     std::fs::remove_file(&victim).unwrap();
-    let third = bench.chain_root.join(format!("snapshot={}", format_compact(cut0 + 2 * DAY_MICROS)));
+    let third =
+        bench.chain_root.join(format!("snapshot={}", format_compact(cut0 + 2 * DAY_MICROS)));
     let (code, err) = export_cli(&bench.job, &third, cut0 + 2 * DAY_MICROS);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("export: incremental, segment 1 on snapshot=20261130T160000Z"), "{err}");
@@ -606,7 +640,8 @@ async fn sqlite_compaction_keeps_every_live_row_and_gc_keeps_every_referenced_fi
     assert_eq!(history(&bench, false).await, vec![true; 4]);
     let cut0 = parse_instant(CUT).unwrap();
     let head = bench.chain_root.join(format!("snapshot={}", format_compact(cut0 + 3 * DAY_MICROS)));
-    let compacted = head.with_file_name(format!("{}.c001", head.file_name().unwrap().to_str().unwrap()));
+    let compacted =
+        head.with_file_name(format!("{}.c001", head.file_name().unwrap().to_str().unwrap()));
     let root = bench.chain_root.to_str().unwrap();
 
     // A clean compaction of a copy, then one killed at its first Parquet part and rerun.
@@ -629,9 +664,20 @@ async fn sqlite_compaction_keeps_every_live_row_and_gc_keeps_every_referenced_fi
     let chain = manifest(&bench.chain_root, cut0 + 3 * DAY_MICROS);
     let compact_chain: SnapshotManifest = serde_json::from_slice(&same).unwrap();
     assert!(compact_chain.chain.as_ref().unwrap().keys.is_empty());
-    assert!(compact_chain.tables.values().flat_map(|t| &t.files).all(|f| !f.path.starts_with("../")));
-    assert!(chain.chain.unwrap().files.keys().any(|p| p.starts_with("../")), "the head was a chain");
-    assert_eq!(live_rows(&head).await, live_rows(&compacted).await, "compaction changed a live row");
+    assert!(compact_chain
+        .tables
+        .values()
+        .flat_map(|t| &t.files)
+        .all(|f| !f.path.starts_with("../")));
+    assert!(
+        chain.chain.unwrap().files.keys().any(|p| p.starts_with("../")),
+        "the head was a chain"
+    );
+    assert_eq!(
+        live_rows(&head).await,
+        live_rows(&compacted).await,
+        "compaction changed a live row"
+    );
 
     // The next night follows the compaction and still equals a full export.
     let cut = cut0 + 4 * DAY_MICROS;
@@ -643,19 +689,25 @@ async fn sqlite_compaction_keeps_every_live_row_and_gc_keeps_every_referenced_fi
 
     // gc: a dry run deletes nothing; applied, every retained snapshot still reads whole.
     let before = tree_bytes(&bench.chain_root).len();
-    let dry = command(&["gc", "--root", root, "--keep-runs", "1", "--grace", "0s"]).output().unwrap();
+    let dry =
+        command(&["gc", "--root", root, "--keep-runs", "1", "--grace", "0s"]).output().unwrap();
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry).1);
     assert_eq!(tree_bytes(&bench.chain_root).len(), before, "a dry run deleted something");
-    let applied =
-        command(&["gc", "--root", root, "--keep-runs", "1", "--grace", "0s", "--apply"]).output().unwrap();
+    let applied = command(&["gc", "--root", root, "--keep-runs", "1", "--grace", "0s", "--apply"])
+        .output()
+        .unwrap();
     assert_eq!(applied.status.code(), Some(0), "{}", text(&applied).1);
     let after = tree_bytes(&bench.chain_root).len();
     assert!(after < before, "gc deleted nothing: {}", text(&applied).0);
-    for name in effect_recon::compact::snapshot_folders(&Location::parse(root).unwrap()).await.unwrap() {
+    for name in
+        effect_recon::compact::snapshot_folders(&Location::parse(root).unwrap()).await.unwrap()
+    {
         live_rows(&bench.chain_root.join(name)).await;
     }
-    assert_eq!(live_rows(&bench.chain_root.join(format!("snapshot={}", format_compact(cut)))).await,
-        live_rows(&bench.full_root.join(format!("snapshot={}", format_compact(cut)))).await);
+    assert_eq!(
+        live_rows(&bench.chain_root.join(format!("snapshot={}", format_compact(cut)))).await,
+        live_rows(&bench.full_root.join(format!("snapshot={}", format_compact(cut)))).await
+    );
     super::reliability::say(&format!(
         "incremental compact/gc: a killed compaction reran to the same manifest; gc kept {after} of {before} files, every retained snapshot whole"
     ));
@@ -704,13 +756,23 @@ async fn sqlite_chain_over_two_databases_keeps_a_watermark_per_database() {
         .strings("SELECT receipt_id FROM logistics_receipt WHERE status = 'SUCCEEDED' ORDER BY receipt_id")
         .await
         .remove(0);
-    db2.run(&format!("UPDATE logistics_receipt SET status = 'REVERSED' WHERE receipt_id = '{receipt}'")).await;
+    db2.run(&format!(
+        "UPDATE logistics_receipt SET status = 'REVERSED' WHERE receipt_id = '{receipt}'"
+    ))
+    .await;
     let mut db1 = Db::connect(&bench.url).await;
     db1.run(&new_order(&db1, 900_011, cut0 + DAY_MICROS - HOUR)).await;
-    assert!(night(&bench, cut0 + DAY_MICROS, "incremental").await, "the chain over two databases differs");
+    assert!(
+        night(&bench, cut0 + DAY_MICROS, "incremental").await,
+        "the chain over two databases differs"
+    );
     let chain = manifest(&bench.chain_root, cut0 + DAY_MICROS).chain.unwrap();
-    let (ledger, logistics) = (&chain.sources["ledger[fulfilment]"], &chain.sources["receipts[logistics]"]);
+    let (ledger, logistics) =
+        (&chain.sources["ledger[fulfilment]"], &chain.sources["receipts[logistics]"]);
     assert!(ledger.watermark.is_some() && logistics.watermark.is_some());
     assert_ne!(ledger.probe_time, logistics.probe_time, "one probe per database");
-    assert_eq!(chain.sources["receipts[points]"].probe_time, ledger.probe_time, "one probe per database");
+    assert_eq!(
+        chain.sources["receipts[points]"].probe_time, ledger.probe_time,
+        "one probe per database"
+    );
 }

@@ -136,7 +136,9 @@ pub(super) async fn decide(
         return full("the snapshot folder has no parent folder to find a previous night in".into());
     };
     let previous = match latest_before(&root, out, cut).await? {
-        None => return full("first night: no earlier complete snapshot=<cut> beside this one".into()),
+        None => {
+            return full("first night: no earlier complete snapshot=<cut> beside this one".into())
+        }
         Some(Err(e)) => return full(format!("the previous snapshot cannot be read: {e}")),
         Some(Ok(previous)) => previous,
     };
@@ -170,7 +172,9 @@ pub(super) async fn decide(
         }
         if mark.watermark.is_none() {
             let why = mark.probe_note.as_deref().unwrap_or("no watermark recorded");
-            return full(format!("the previous snapshot {name} has no watermark for {label}: {why}"));
+            return full(format!(
+                "the previous snapshot {name} has no watermark for {label}: {why}"
+            ));
         }
     }
     if chain.sources.len() != job.sources.len() {
@@ -246,7 +250,11 @@ fn empty_chain() -> Chain {
 /// that is not. The SHA-256 is checked for the files the previous night wrote (reused for
 /// the first time tonight), and for every file on a shadow-check night: hashing the whole
 /// lookback every night would read it all again, the cost incremental nights remove.
-async fn check_files(previous: &Previous, chain: &Chain, every_hash: bool) -> Result<Option<String>> {
+async fn check_files(
+    previous: &Previous,
+    chain: &Chain,
+    every_hash: bool,
+) -> Result<Option<String>> {
     let listed = previous.manifest.tables.values().flat_map(|t| &t.files);
     let mut files: Vec<(&str, &str, u64)> = Vec::new();
     for file in listed {
@@ -266,7 +274,9 @@ async fn check_files(previous: &Previous, chain: &Chain, every_hash: bool) -> Re
                 Ok(got) => {
                     let body = got.bytes().await.map_err(|e| Error::store(shown(), e))?;
                     if hex::encode(Sha256::digest(&body)) != sha256 && body.len() as u64 == bytes {
-                        return Ok(Some(format!("file {path} does not match its SHA-256 in the manifest")));
+                        return Ok(Some(format!(
+                            "file {path} does not match its SHA-256 in the manifest"
+                        )));
                     }
                     body.len() as u64
                 }
@@ -313,7 +323,6 @@ pub(super) struct Tonight<'a> {
     pub lower: Micros,
     pub cut: Micros,
 }
-
 
 /// Completes the `@2` manifest of tonight's segment in `writer`; returns the line that
 /// says what the night was.
@@ -411,10 +420,14 @@ pub(super) async fn finish(
     // Live rows per source: the counts `run` reports, checked against last night's.
     for (label, table, listed, keys) in &candidates {
         let live = match previous {
-            None => count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?).await?,
+            None => {
+                count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?)
+                    .await?
+            }
             Some(previous) => {
                 let dropped = dropped_by_source.get(label).map(Vec::as_slice).unwrap_or_default();
-                let source = Continuity { label, table: *table, listed, dropped, keys, seq, lower, cut };
+                let source =
+                    Continuity { label, table: *table, listed, dropped, keys, seq, lower, cut };
                 source.live_rows(&ctx, &location, previous).await?
             }
         };
@@ -423,7 +436,8 @@ pub(super) async fn finish(
 
     let line;
     if shadow {
-        let difference = first_difference(&ctx, &location, &candidates, &shadows, (lower, cut)).await?;
+        let difference =
+            first_difference(&ctx, &location, &candidates, &shadows, (lower, cut)).await?;
         chain.shadow = Some(Shadow {
             result: if difference.is_some() { "differs" } else { "equal" }.into(),
             first_difference: difference.clone(),
@@ -436,7 +450,8 @@ pub(super) async fn finish(
         candidates = shadows.into_iter().map(|(l, t, files)| (l, t, files, Vec::new())).collect();
         chain.live_rows.clear();
         for (label, table, listed, _) in &candidates {
-            let live = count(live_rows(&ctx, &location, *table, listed, &[], (lower, cut), false)?).await?;
+            let live = count(live_rows(&ctx, &location, *table, listed, &[], (lower, cut), false)?)
+                .await?;
             chain.live_rows.insert(label.clone(), live);
         }
         line = match difference {
@@ -558,15 +573,25 @@ impl Continuity<'_> {
                     .aggregate(
                         vec![col("k_key")],
                         vec![
-                            max(when(col("k_seq").lt(lit(tonight)), col("k_seq")).end().map_err(context)?)
-                                .alias("prev_newest"),
-                            max(when(col("k_seq").eq(lit(tonight)), lit(1i64)).otherwise(lit(0i64)).map_err(context)?)
-                                .alias("tonight"),
+                            max(when(col("k_seq").lt(lit(tonight)), col("k_seq"))
+                                .end()
+                                .map_err(context)?)
+                            .alias("prev_newest"),
+                            max(when(col("k_seq").eq(lit(tonight)), lit(1i64))
+                                .otherwise(lit(0i64))
+                                .map_err(context)?)
+                            .alias("tonight"),
                         ],
                     )
                     .map_err(context)?;
-                rows.join(newest, datafusion::common::JoinType::Left, &[KEY_COLUMN], &["k_key"], None)
-                    .map_err(context)?
+                rows.join(
+                    newest,
+                    datafusion::common::JoinType::Left,
+                    &[KEY_COLUMN],
+                    &["k_key"],
+                    None,
+                )
+                .map_err(context)?
             }
         };
         let not_superseded_before =
@@ -577,7 +602,8 @@ impl Continuity<'_> {
                 .and(col("event").lt_eq(lit(chain::instant(to))))
         };
         let previous_lower =
-            parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or("")).unwrap_or(Micros::MIN);
+            parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
+                .unwrap_or(Micros::MIN);
         let was_live = col("seq")
             .lt(lit(tonight))
             .and(not_superseded_before.clone())
@@ -585,13 +611,21 @@ impl Continuity<'_> {
         let is_live = col("dropped")
             .eq(lit(false))
             .and(not_superseded_before)
-            .and(col("seq").eq(lit(tonight)).or(col("tonight").is_null()).or(col("tonight").eq(lit(0i64))))
+            .and(
+                col("seq")
+                    .eq(lit(tonight))
+                    .or(col("tonight").is_null())
+                    .or(col("tonight").eq(lit(0i64))),
+            )
             .and(in_window(lower, cut));
         let one = |e: datafusion::prelude::Expr| -> Result<datafusion::prelude::Expr> {
             Ok(sum(when(e, lit(1i64)).otherwise(lit(0i64)).map_err(context)?))
         };
         let counts = rows
-            .aggregate(vec![], vec![one(was_live)?.alias("was_live"), one(is_live)?.alias("is_live")])
+            .aggregate(
+                vec![],
+                vec![one(was_live)?.alias("was_live"), one(is_live)?.alias("is_live")],
+            )
             .map_err(context)?;
         let batches = collect(counts, "counting live rows").await?;
         let value = |name: &str| -> u64 {
@@ -744,7 +778,6 @@ async fn write_keys(
         sha256: file.sha256,
     })
 }
-
 
 /// The first difference between the chain's live rows and the full export's, source by
 /// source in config order, by key: `ledger[fulfilment] key 'm-1': column action …`.

@@ -37,12 +37,12 @@ use super::dialect;
 pub use super::error::{ExportError, WriteError};
 use crate::config::job::{Driver, ExportSettings, JobConfig, SourceConfig};
 use crate::error::{Error, Result};
+use crate::events::Event;
 use crate::events::Events;
+use crate::snapshot::chain::event_column;
 use crate::snapshot::{ColumnKind, SnapshotManifest, SnapshotWriter, Table, KEY_SPEC};
 use crate::storage::Location;
 use crate::time::Micros;
-use crate::events::Event;
-use crate::snapshot::chain::event_column;
 use chunks::{SourceJob, SourceOutcome};
 pub use incremental::ExportMode;
 use incremental::{Night, Probe};
@@ -150,7 +150,9 @@ pub async fn export_with(
                     source: source.clone(),
                     binds: normal,
                     keyed: false,
-                    writer: writer.table(source.table, stem).with_rows_per_file(settings.rows_per_file),
+                    writer: writer
+                        .table(source.table, stem)
+                        .with_rows_per_file(settings.rows_per_file),
                 });
                 continue;
             };
@@ -158,13 +160,12 @@ pub async fn export_with(
             let keyed = dialect::keyed_query(source.driver, &source.query, key);
             let (query, binds) = match (night, night.since(source)) {
                 (Night::Incremental { previous, .. }, Some(since)) => {
-                    let literal = |t| dialect::time_literal(source.driver, t, source.utc_offset_secs);
-                    let columns = dialect::DeltaColumns {
-                        key,
-                        event: event_column(source.table),
-                        changed,
-                    };
-                    let since = dialect::changed_literal(source.driver, since, source.utc_offset_secs);
+                    let literal =
+                        |t| dialect::time_literal(source.driver, t, source.utc_offset_secs);
+                    let columns =
+                        dialect::DeltaColumns { key, event: event_column(source.table), changed };
+                    let since =
+                        dialect::changed_literal(source.driver, since, source.utc_offset_secs);
                     let query = dialect::delta_query(
                         source.driver,
                         &source.query,
@@ -184,7 +185,9 @@ pub async fn export_with(
                 source: SourceConfig { query, ..source.clone() },
                 binds,
                 keyed: true,
-                writer: writer.keyed_table(source.table, stem).with_rows_per_file(settings.rows_per_file),
+                writer: writer
+                    .keyed_table(source.table, stem)
+                    .with_rows_per_file(settings.rows_per_file),
             });
             if shadow {
                 let full_stem = format!("full-{}", stem.unwrap_or(&source.name));
@@ -416,7 +419,10 @@ impl Session {
             }
         };
         let Some(now) = now else {
-            return Probe { note: Some("the database's time cannot be read".into()), ..Probe::default() };
+            return Probe {
+                note: Some("the database's time cannot be read".into()),
+                ..Probe::default()
+            };
         };
         if driver == Driver::Sqlite {
             let note = "SQLite shows no open transactions: the margin must cover the longest write transaction";
@@ -440,26 +446,42 @@ impl Session {
         let mysql = driver == Driver::MySql;
         if mysql {
             if let Err(e) = conn.execute(dialect::MYSQL_SESSION_ZONE_SYSTEM).await {
-                return Probe { note: Some(format!("SET time_zone = SYSTEM failed: {}", scrub(e))), ..Probe::default() };
+                return Probe {
+                    note: Some(format!("SET time_zone = SYSTEM failed: {}", scrub(e))),
+                    ..Probe::default()
+                };
             }
         }
         let age = conn.query_optional_text(age_sql).await;
         if mysql {
             let back = dialect::mysql_set_time_zone(&crate::time::format_offset(offset));
             if let Err(e) = conn.execute(&back).await {
-                return Probe { note: Some(format!("restoring the session zone failed: {}", scrub(e))), ..Probe::default() };
+                return Probe {
+                    note: Some(format!("restoring the session zone failed: {}", scrub(e))),
+                    ..Probe::default()
+                };
             }
         }
         match age {
             Ok(None) => Probe { now: Some(now), oldest: None, note: None },
             Ok(Some(text)) => match text.trim().parse::<i64>() {
                 Ok(age) => Probe { now: Some(now), oldest: Some(now - age.max(0)), note: None },
-                Err(_) => Probe { note: Some(format!("the oldest transaction's age '{text}' is not a number")), ..Probe::default() },
+                Err(_) => Probe {
+                    note: Some(format!("the oldest transaction's age '{text}' is not a number")),
+                    ..Probe::default()
+                },
             },
             Err(e) => {
-                let privilege = if mysql { "; reading information_schema.INNODB_TRX needs the PROCESS privilege" } else { "" };
+                let privilege = if mysql {
+                    "; reading information_schema.INNODB_TRX needs the PROCESS privilege"
+                } else {
+                    ""
+                };
                 Probe {
-                    note: Some(format!("the oldest open transaction cannot be read: {}{privilege}", scrub(e))),
+                    note: Some(format!(
+                        "the oldest open transaction cannot be read: {}{privilege}",
+                        scrub(e)
+                    )),
                     ..Probe::default()
                 }
             }

@@ -152,7 +152,9 @@ pub(crate) fn comparable_tree(dir: &Path) -> (Vec<(String, Vec<u8>)>, Vec<String
                 }
                 // An incremental-ready snapshot records the watermark probe: the database's
                 // clock at the export, the one thing a rerun cannot repeat.
-                if let Some(sources) = json.pointer_mut("/chain/sources").and_then(|s| s.as_object_mut()) {
+                if let Some(sources) =
+                    json.pointer_mut("/chain/sources").and_then(|s| s.as_object_mut())
+                {
                     for mark in sources.values_mut() {
                         for clock in ["probe_time", "oldest_open_transaction", "watermark"] {
                             mark[clock] = serde_json::Value::Null;
