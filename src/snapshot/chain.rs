@@ -295,7 +295,10 @@ pub(crate) fn live_rows(
     }
     let mut key_frames = Vec::new();
     for k in keys {
-        key_frames.push((k.seq, files_frame(ctx, location, &[k.path.clone()], keys_schema())?));
+        key_frames.push((
+            k.seq,
+            files_frame(ctx, location, std::slice::from_ref(&k.path), keys_schema())?,
+        ));
     }
     live_frame(table, SourceSegments { segments, keys: key_frames }, window, keep_key)
 }
@@ -317,7 +320,8 @@ pub(crate) async fn describe_files(
             .head(&path)
             .await
             .map_err(|e| Error::store(location.display(&file.path), e))?;
-        let frame = files_frame(ctx, location, &[file.path.clone()], file_schema(table))?;
+        let frame =
+            files_frame(ctx, location, std::slice::from_ref(&file.path), file_schema(table))?;
         let max_event = max_instant(frame, event_column(table)).await?;
         listed.push((
             file.path.clone(),

@@ -549,9 +549,13 @@ impl Continuity<'_> {
         let tonight = i64::from(seq);
         let mut key_frames: Option<datafusion::prelude::DataFrame> = None;
         for k in &all_keys {
-            let frame = files_frame(ctx, location, &[k.path.clone()], chain::keys_schema())?
-                .select(vec![col(KEY_COLUMN).alias("k_key"), lit(i64::from(k.seq)).alias("k_seq")])
-                .map_err(context)?;
+            let frame =
+                files_frame(ctx, location, std::slice::from_ref(&k.path), chain::keys_schema())?
+                    .select(vec![
+                        col(KEY_COLUMN).alias("k_key"),
+                        lit(i64::from(k.seq)).alias("k_seq"),
+                    ])
+                    .map_err(context)?;
             key_frames = Some(match key_frames {
                 None => frame,
                 Some(all) => all.union(frame).map_err(context)?,
