@@ -776,3 +776,48 @@ async fn sqlite_chain_over_two_databases_keeps_a_watermark_per_database() {
         "one probe per database"
     );
 }
+
+/// A reader without the privilege the probe needs: the night is exported, its watermark
+/// is missing with the privilege named, and the next night is a full export saying why.
+async fn without_probe_privilege(bench: &Bench, reader_url: &str, privilege: &str, name: &str) {
+    let text = std::fs::read_to_string(&bench.job).unwrap().replace(&bench.url, reader_url);
+    std::fs::write(&bench.job, text).unwrap();
+    let cut0 = parse_instant(CUT).unwrap();
+    let (_, _, first) = bench.export_both(cut0).await;
+    let mark = &first.chain.unwrap().sources["ledger[fulfilment]"];
+    assert!(mark.watermark.is_none(), "{name}: a watermark without seeing open transactions");
+    assert!(mark.probe_note.as_deref().unwrap_or("").contains(privilege), "{name}: {mark:?}");
+    let (_, _, second) = bench.export_both(cut0 + DAY_MICROS).await;
+    let chain = second.chain.unwrap();
+    assert_eq!(chain.mode, "full", "{name}");
+    let reason = chain.reason.unwrap();
+    assert!(reason.contains("has no watermark") && reason.contains(privilege), "{name}: {reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_reader_without_process_gets_full_nights_naming_the_privilege() {
+    let Some(base) = env_url(MYSQL_ENV) else { return };
+    let url = mysql_database(&base, "incremental_reader").await;
+    let bench = Bench::new(url.clone(), "1s").await;
+    let mut admin = Db::connect(&url).await;
+    admin
+        .run("DROP USER IF EXISTS 'recon_probe'@'%'; CREATE USER 'recon_probe'@'%'; GRANT SELECT ON incremental_reader.* TO 'recon_probe'@'%'")
+        .await;
+    let mut reader = url::Url::parse(&url).unwrap();
+    reader.set_username("recon_probe").unwrap();
+    without_probe_privilege(&bench, reader.as_str(), "PROCESS", "MariaDB").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_reader_without_read_all_stats_gets_full_nights_naming_the_privilege() {
+    let Some(base) = env_url(PG_ENV) else { return };
+    let url = pg_schema(&base, "incremental_reader").await;
+    let bench = Bench::new(url.clone(), "1s").await;
+    let mut admin = Db::connect(&url).await;
+    admin
+        .run("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'recon_probe') THEN CREATE ROLE recon_probe LOGIN; END IF; END $$; GRANT USAGE ON SCHEMA incremental_reader TO recon_probe; GRANT SELECT ON ALL TABLES IN SCHEMA incremental_reader TO recon_probe")
+        .await;
+    let mut reader = url::Url::parse(&url).unwrap();
+    reader.set_username("recon_probe").unwrap();
+    without_probe_privilege(&bench, reader.as_str(), "pg_read_all_stats", "PostgreSQL").await;
+}
