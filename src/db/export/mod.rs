@@ -109,6 +109,14 @@ pub async fn export_with(
     let night = if chained {
         Some(incremental::decide(job, &plan.out, plan.cut, lower, mode).await?)
     } else {
+        let keyed = job.sources.iter().filter(|s| s.change_columns().is_some()).count();
+        if keyed > 0 && mode == ExportMode::Auto {
+            let lacking = job.sources.iter().find(|s| s.change_columns().is_none());
+            events.emit(Event::ExportChain(format!(
+                "export: full export (incremental nights need key and changed_column on every source; {} has none)",
+                lacking.map(SourceConfig::label).unwrap_or_default()
+            )));
+        }
         if mode != ExportMode::Auto {
             let lacking = job.sources.iter().find(|s| s.change_columns().is_none());
             let label = lacking.map(SourceConfig::label).unwrap_or_default();
