@@ -198,7 +198,9 @@ pub(super) async fn decide(
     Ok(Night::Incremental { previous: Box::new(Previous { chain, ..previous }), seq })
 }
 
-/// The latest complete `snapshot=<cut>` folder beside `out` whose cut is before `cut`.
+/// The complete `snapshot=` folder beside `out` with the latest cut before `cut` (ties:
+/// the later name, so a compaction wins over the snapshot it compacts); `Some(Err)` when
+/// the newest-named candidate cannot be read.
 async fn latest_before(
     root: &Location,
     out: &Location,
@@ -213,6 +215,8 @@ async fn latest_before(
         .filter(|f| f.starts_with("snapshot=") && *f != own && *f != out_name)
         .collect();
     folders.sort();
+    let mut best: Option<Previous> = None;
+    let mut unreadable = None;
     for folder in folders.into_iter().rev() {
         let location = root.join(&folder);
         if !location.exists(MANIFEST).await? {
@@ -220,16 +224,23 @@ async fn latest_before(
         }
         let snapshot = match Snapshot::open(&location).await {
             Ok(snapshot) => snapshot,
-            Err(e) => return Ok(Some(Err(e))),
+            Err(e) => {
+                unreadable.get_or_insert(e);
+                continue;
+            }
         };
-        if snapshot.cut() >= cut {
+        if snapshot.cut() >= cut || best.as_ref().is_some_and(|b| b.cut >= snapshot.cut()) {
             continue;
         }
         let manifest = snapshot.manifest().clone();
         let chain = manifest.chain.clone().unwrap_or_else(empty_chain);
-        return Ok(Some(Ok(Previous { folder, location, manifest, chain, cut: snapshot.cut() })));
+        best = Some(Previous { folder, location, manifest, chain, cut: snapshot.cut() });
     }
-    Ok(None)
+    Ok(match (best, unreadable) {
+        (Some(best), _) => Some(Ok(best)),
+        (None, Some(e)) => Some(Err(e)),
+        (None, None) => None,
+    })
 }
 
 fn empty_chain() -> Chain {
