@@ -148,68 +148,11 @@ pub async fn export_with(
                 return Err(error);
             }
         }
-        let mut jobs = Vec::new();
-        for &(index, source) in &group {
-            let stem = file_stem(job, source);
-            let normal = Binds { lower, cut, offset_secs: source.utc_offset_secs };
-            let Some(night) = &night else {
-                jobs.push(SourceJob {
-                    index,
-                    source: source.clone(),
-                    binds: normal,
-                    keyed: false,
-                    writer: writer
-                        .table(source.table, stem)
-                        .with_rows_per_file(settings.rows_per_file),
-                });
-                continue;
-            };
-            let (key, changed) = source.change_columns().unwrap_or_default();
-            let keyed = dialect::keyed_query(source.driver, &source.query, key);
-            let (query, binds) = match (night, night.since(source)) {
-                (Night::Incremental { previous, .. }, Some(since)) => {
-                    let literal =
-                        |t| dialect::time_literal(source.driver, t, source.utc_offset_secs);
-                    let columns =
-                        dialect::DeltaColumns { key, event: event_column(source.table), changed };
-                    let since =
-                        dialect::changed_literal(source.driver, since, source.utc_offset_secs);
-                    let query = dialect::delta_query(
-                        source.driver,
-                        &source.query,
-                        columns,
-                        &literal(previous.cut),
-                        &literal(cut),
-                        &since,
-                    );
-                    // The source's own bounds wide open: a row whose event time moved out
-                    // of the window must still be read, to supersede its old version.
-                    (query, Binds { lower: WIDE_LOWER, cut: WIDE_UPPER, ..normal })
-                }
-                _ => (keyed.clone(), normal),
-            };
-            jobs.push(SourceJob {
-                index,
-                source: SourceConfig { query, ..source.clone() },
-                binds,
-                keyed: true,
-                writer: writer
-                    .keyed_table(source.table, stem)
-                    .with_rows_per_file(settings.rows_per_file),
-            });
-            if shadow {
-                let full_stem = format!("full-{}", stem.unwrap_or(&source.name));
-                jobs.push(SourceJob {
-                    index: index + count,
-                    source: SourceConfig { query: keyed, ..source.clone() },
-                    binds: normal,
-                    keyed: true,
-                    writer: writer
-                        .keyed_table(source.table, Some(&full_stem))
-                        .with_rows_per_file(settings.rows_per_file),
-                });
-            }
-        }
+        let tonight = Reads { job, night: night.as_ref(), shadow, lower, cut };
+        let jobs = group
+            .iter()
+            .flat_map(|&(index, source)| tonight.jobs(&writer, index, source))
+            .collect();
         let outcomes = session.export_sources(jobs, settings, events).await;
         session.close().await;
         let written = first_failure(outcomes).map_err(|(index, e)| {
@@ -270,6 +213,81 @@ pub async fn export_with(
 /// The source's own bounds on a night of a chain: every event time.
 const WIDE_LOWER: Micros = -30_610_137_600_000_000; // 1000-01-02T00:00:00Z
 const WIDE_UPPER: Micros = 253_402_128_000_000_000; // 9999-12-30T00:00:00Z
+
+/// What tonight reads of each source.
+struct Reads<'a> {
+    job: &'a JobConfig,
+    /// `None`: the job cannot be read incrementally (format `@1`).
+    night: Option<&'a Night>,
+    shadow: bool,
+    lower: Micros,
+    cut: Micros,
+}
+
+impl Reads<'_> {
+    /// One source's reads: its query as written (`@1`), keyed (a full night of a chain) or
+    /// tonight's delta; on a shadow night also the full keyed read beside it, as index
+    /// `index + sources`.
+    fn jobs(&self, writer: &SnapshotWriter, index: usize, source: &SourceConfig) -> Vec<SourceJob> {
+        let Reads { job, night, shadow, lower, cut } = *self;
+        let rows_per_file = job.export.rows_per_file;
+        let stem = file_stem(job, source);
+        let normal = Binds { lower, cut, offset_secs: source.utc_offset_secs };
+        let Some(night) = night else {
+            let writer = writer.table(source.table, stem).with_rows_per_file(rows_per_file);
+            return vec![SourceJob {
+                index,
+                source: source.clone(),
+                binds: normal,
+                keyed: false,
+                writer,
+            }];
+        };
+        let (key, changed) = source.change_columns().unwrap_or_default();
+        let keyed = dialect::keyed_query(source.driver, &source.query, key);
+        let (query, binds) = match (night, night.since(source)) {
+            (Night::Incremental { previous, .. }, Some(since)) => {
+                let literal = |t| dialect::time_literal(source.driver, t, source.utc_offset_secs);
+                let columns =
+                    dialect::DeltaColumns { key, event: event_column(source.table), changed };
+                let since = dialect::changed_literal(source.driver, since, source.utc_offset_secs);
+                let window = (literal(previous.cut), literal(cut));
+                let query = dialect::delta_query(
+                    source.driver,
+                    &source.query,
+                    columns,
+                    &window.0,
+                    &window.1,
+                    &since,
+                );
+                // The source's own bounds wide open: a row whose event time moved out of
+                // the window must still be read, to supersede its old version.
+                (query, Binds { lower: WIDE_LOWER, cut: WIDE_UPPER, ..normal })
+            }
+            _ => (keyed.clone(), normal),
+        };
+        let mut jobs = vec![SourceJob {
+            index,
+            source: SourceConfig { query, ..source.clone() },
+            binds,
+            keyed: true,
+            writer: writer.keyed_table(source.table, stem).with_rows_per_file(rows_per_file),
+        }];
+        if shadow {
+            let full_stem = format!("full-{}", stem.unwrap_or(&source.name));
+            jobs.push(SourceJob {
+                index: index + job.sources.len(),
+                source: SourceConfig { query: keyed, ..source.clone() },
+                binds: normal,
+                keyed: true,
+                writer: writer
+                    .keyed_table(source.table, Some(&full_stem))
+                    .with_rows_per_file(rows_per_file),
+            });
+        }
+        jobs
+    }
+}
 
 /// The sources' files in config order, or the failure to report: the first in config
 /// order that is a cause, not a source stopped because of another's failure.
