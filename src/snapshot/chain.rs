@@ -213,9 +213,11 @@ pub fn live_frame(
         let rows = match union_all(later).map_err(context)? {
             None => rows,
             Some(keys) => {
+                // The keys (few) are the hash table and the rows stream past it: a hash
+                // join collects its left input, so the rows go on the right.
                 let keys =
                     keys.select(vec![col(KEY_COLUMN).alias("superseded_key")]).map_err(context)?;
-                rows.join(keys, JoinType::LeftAnti, &[KEY_COLUMN], &["superseded_key"], None)
+                keys.join(rows, JoinType::RightAnti, &["superseded_key"], &[KEY_COLUMN], None)
                     .map_err(context)?
             }
         };

@@ -599,14 +599,16 @@ impl Continuity<'_> {
                         ],
                     )
                     .map_err(context)?;
-                rows.join(
-                    newest,
-                    datafusion::common::JoinType::Left,
-                    &[KEY_COLUMN],
-                    &["k_key"],
-                    None,
-                )
-                .map_err(context)?
+                // The keys are the hash table (a hash join collects its left input).
+                newest
+                    .join(
+                        rows,
+                        datafusion::common::JoinType::Right,
+                        &["k_key"],
+                        &[KEY_COLUMN],
+                        None,
+                    )
+                    .map_err(context)?
             }
         };
         let not_superseded_before =
