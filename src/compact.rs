@@ -19,7 +19,7 @@ use datafusion::prelude::{col, SessionContext};
 use futures::TryStreamExt;
 
 use crate::error::{Error, Result};
-use crate::snapshot::chain::{self, describe_files, live_rows, Chain, KeysFile, Listed};
+use crate::snapshot::chain::{self, describe_files, live_rows, sibling, Chain, KeysFile, Listed};
 use crate::snapshot::{FileEntry, Snapshot, Table, MANIFEST};
 use crate::storage::Location;
 
@@ -162,8 +162,6 @@ fn source_files(
     chain: &Chain,
     label: &str,
 ) -> Result<(Listed, Vec<KeysFile>, Table)> {
-    let sibling =
-        |p: &str| if p.starts_with("../") { p.to_string() } else { format!("../{head}/{p}") };
     let mut listed = Listed::new();
     let mut table = None;
     for (name, files) in &manifest.tables {
@@ -172,7 +170,7 @@ fn source_files(
                 continue;
             };
             table = Table::from_name(name);
-            let path = sibling(&file.path);
+            let path = sibling(head, &file.path);
             listed.push((path.clone(), FileEntry { path, ..file.clone() }, meta.clone()));
         }
     }
@@ -180,7 +178,7 @@ fn source_files(
         .keys
         .iter()
         .filter(|k| k.source == label)
-        .map(|k| KeysFile { path: sibling(&k.path), ..k.clone() })
+        .map(|k| KeysFile { path: sibling(head, &k.path), ..k.clone() })
         .collect();
     let table = table
         .or_else(|| label.split('[').next().and_then(Table::from_name))

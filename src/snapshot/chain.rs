@@ -358,3 +358,12 @@ pub(crate) async fn count(frame: DataFrame) -> Result<u64> {
     let n = frame.count().await.map_err(|e| Error::query("counting live rows", e))?;
     Ok(n as u64)
 }
+
+/// `path` of the manifest in the sibling folder `folder`, as a manifest beside it names it.
+pub(crate) fn sibling(folder: &str, path: &str) -> String {
+    if path.starts_with("../") {
+        path.to_string()
+    } else {
+        format!("../{folder}/{path}")
+    }
+}

@@ -151,17 +151,9 @@ impl Bench {
         JobConfig::load(&self.job).unwrap()
     }
 
-    /// Tonight's export into the chain's root (automatic) and a full one beside it.
+    /// Tonight's export into the chain's root (automatic) and a full one beside it; the
+    /// rows each read go into [`READ`].
     async fn export_both(&self, cut: Micros) -> (PathBuf, PathBuf, SnapshotManifest) {
-        let (chained, full, manifest, _) = self.export_both_counted(cut).await;
-        (chained, full, manifest)
-    }
-
-    /// [`Bench::export_both`] and the rows each export read: `(chain, full)`.
-    async fn export_both_counted(
-        &self,
-        cut: Micros,
-    ) -> (PathBuf, PathBuf, SnapshotManifest, (u64, u64)) {
         let name = format!("snapshot={}", format_compact(cut));
         let chained = self.chain_root.join(&name);
         let plan = |out: &Path| ExportPlan {
@@ -174,7 +166,7 @@ impl Bench {
         let full_report =
             export::export_with(&plan(&full), ExportMode::Full, &Events::none()).await.unwrap();
         READ.with(|r| r.borrow_mut().push((report.rows, full_report.rows)));
-        (chained, full, report.manifest, (report.rows, full_report.rows))
+        (chained, full, report.manifest)
     }
 }
 

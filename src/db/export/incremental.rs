@@ -27,8 +27,8 @@ use sha2::{Digest, Sha256};
 use crate::config::job::{JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::snapshot::chain::{
-    self, collect, count, describe_files, event_column, files_frame, live_rows, Chain, KeysFile,
-    Listed, Shadow, SourceMark, KEY_COLUMN,
+    self, collect, count, describe_files, event_column, files_frame, live_rows, sibling, Chain,
+    KeysFile, Listed, Shadow, SourceMark, KEY_COLUMN,
 };
 use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
 use crate::storage::Location;
@@ -666,15 +666,6 @@ impl Continuity<'_> {
             }
         }
         Ok(live)
-    }
-}
-
-/// `path` of a manifest in sibling folder `folder`, as tonight's manifest lists it.
-fn sibling(folder: &str, path: &str) -> String {
-    if path.starts_with("../") {
-        path.to_string()
-    } else {
-        format!("../{folder}/{path}")
     }
 }
 
