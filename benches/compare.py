@@ -132,6 +132,13 @@ def load_rules(path: Path) -> list[dict]:
     for rule in rules:
         rule["grace_us"] = parse_grace(rule["grace"], rule["effect"])
         rule.setdefault("void_statuses", [])
+        # DESIGN §10.1: both optional; absent = false / no reversal command.
+        rule.setdefault("reverse_on_void", False)
+        rule.setdefault("reversal", None)
+        if not isinstance(rule["reverse_on_void"], bool):
+            raise BenchError(f"{path}: rule {rule['effect']}: reverse_on_void must be true or false")
+        if rule["reverse_on_void"] and rule["reversal"] is None:
+            raise BenchError(f"{path}: rule {rule['effect']}: reverse_on_void = true needs a reversal")
     return rules
 
 
@@ -150,11 +157,13 @@ def duckdb_session(snapshot: Snapshot, rules: list[dict], threads: int | None,
         con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
                     "hive_partitioning = false, union_by_name = true)")
     con.execute("CREATE TABLE rules (effect VARCHAR, trigger_event VARCHAR, due_status VARCHAR, "
-                "grace INTERVAL, compensation VARCHAR, priority INTEGER)")
+                "grace INTERVAL, compensation VARCHAR, priority INTEGER, "
+                "reverse_on_void BOOLEAN NOT NULL, reversal VARCHAR)")
     con.execute("CREATE TABLE rule_voids (effect VARCHAR, status VARCHAR)")
     for r in rules:
-        con.execute("INSERT INTO rules VALUES (?, ?, ?, to_microseconds(?), ?, ?)",
-                    [r["effect"], r["trigger_event"], r["due_status"], r["grace_us"], r["compensation"], r["priority"]])
+        con.execute("INSERT INTO rules VALUES (?, ?, ?, to_microseconds(?), ?, ?, ?, ?)",
+                    [r["effect"], r["trigger_event"], r["due_status"], r["grace_us"], r["compensation"], r["priority"],
+                     r["reverse_on_void"], r["reversal"]])
         for status in r["void_statuses"]:
             con.execute("INSERT INTO rule_voids VALUES (?, ?)", [r["effect"], status])
     con.execute("SET VARIABLE cut = ?::TIMESTAMPTZ", [cut])

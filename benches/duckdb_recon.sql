@@ -4,7 +4,9 @@
 -- compare.py provides, before this file runs:
 --   views   ledger, status_history, receipts   over the Parquet files the snapshot's
 --                                              manifest.json lists (receipts: all sources)
---   tables  rules(effect, trigger_event, due_status, grace INTERVAL, compensation, priority)
+--   tables  rules(effect, trigger_event, due_status, grace INTERVAL, compensation, priority,
+--                 reverse_on_void BOOLEAN,     false when the rules file omits it
+--                 reversal)                    NULL when the rules file omits it
 --           rule_voids(effect, status)         one row per void status of a rule
 --   variables cut, since (TIMESTAMPTZ)         the window is (since, cut]
 -- and after it, writes the three result views `discrepancies`, `compensation_tasks` and
@@ -21,7 +23,8 @@ HAVING count(*) > 1
 LIMIT 3;
 
 -- owed: per (effect, order) whose order reached the rule's due status up to the cut, the
--- first time it did (due_at), and whether it ever reached a void status up to the cut.
+-- first time it did (due_at), and the first time it reached one of the rule's void
+-- statuses up to the cut (void_at; NULL: not voided).
 CREATE OR REPLACE TEMP TABLE owed AS
 WITH first_change AS (
     SELECT order_id, status, min(changed_at) AS first_at
@@ -29,16 +32,16 @@ WITH first_change AS (
     WHERE changed_at <= getvariable('cut')
     GROUP BY order_id, status
 ),
-voided AS (
-    SELECT DISTINCT v.effect, f.order_id
+voids AS (
+    SELECT v.effect, f.order_id, min(f.first_at) AS void_at
     FROM first_change f
     JOIN rule_voids v ON v.status = f.status
+    GROUP BY v.effect, f.order_id
 )
-SELECT r.effect, f.order_id, f.first_at AS due_at,
-       (v.order_id IS NOT NULL) AS voided
+SELECT r.effect, f.order_id, f.first_at AS due_at, v.void_at
 FROM rules r
 JOIN first_change f ON f.status = r.due_status
-LEFT JOIN voided v ON v.effect = r.effect AND v.order_id = f.order_id;
+LEFT JOIN voids v ON v.effect = r.effect AND v.order_id = f.order_id;
 
 -- happened: per (effect, order), the SUCCEEDED receipts up to the cut of effects some
 -- rule names: how many, and the first and second by (created_at, receipt_id).
@@ -59,21 +62,26 @@ CREATE OR REPLACE TEMP TABLE state AS
 SELECT coalesce(o.effect, h.effect) AS effect,
        coalesce(o.order_id, h.order_id) AS order_id,
        o.due_at,
-       coalesce(o.voided, false) AS voided,
+       o.void_at,
+       (o.void_at IS NOT NULL) AS voided,
        coalesce(h.ok, 0) AS ok,
        h.first_at,
        h.second_at
 FROM owed o
 FULL OUTER JOIN happened h ON h.effect = o.effect AND h.order_id = o.order_id;
 
--- findings: MISSING (class decided later by the ledger), ORPHAN_EFFECT, DUPLICATE_EFFECT;
--- BREAK when break_on is in (since, cut], PENDING while it is still after the cut.
+-- findings: MISSING (class decided later by the ledger), ORPHAN_EFFECT, UNREVERSED_EFFECT
+-- (only on a rule that reverses on void: due, voided and a receipt still standing),
+-- DUPLICATE_EFFECT; the first that holds wins. BREAK when break_on is in (since, cut],
+-- PENDING while it is still after the cut.
 CREATE OR REPLACE TEMP TABLE findings AS
 WITH kinds AS (
-    SELECT s.*, r.grace, r.trigger_event, r.compensation, r.priority,
+    SELECT s.*, r.grace, r.trigger_event, r.compensation, r.reversal, r.priority,
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok = 0 THEN 'MISSING'
                WHEN s.due_at IS NULL AND s.ok >= 1 THEN 'ORPHAN_EFFECT'
+               WHEN r.reverse_on_void AND s.due_at IS NOT NULL AND s.voided AND s.ok >= 1
+                   THEN 'UNREVERSED_EFFECT'
                WHEN s.due_at IS NOT NULL AND s.ok >= 2 THEN 'DUPLICATE_EFFECT'
            END AS kind
     FROM state s
@@ -84,12 +92,15 @@ timed AS (
            CASE kind
                WHEN 'MISSING' THEN due_at + grace
                WHEN 'ORPHAN_EFFECT' THEN first_at + grace
+               -- due from whichever came last: the void or the first receipt
+               WHEN 'UNREVERSED_EFFECT' THEN greatest(void_at, first_at) + grace
                WHEN 'DUPLICATE_EFFECT' THEN second_at
            END AS break_on
     FROM kinds
     WHERE kind IS NOT NULL
 )
-SELECT effect, order_id, kind, due_at, break_on, ok, trigger_event, compensation, priority,
+SELECT effect, order_id, kind, due_at, break_on, ok, trigger_event, compensation, reversal,
+       priority,
        CASE
            WHEN break_on > getvariable('since') AND break_on <= getvariable('cut') THEN 'BREAK'
            -- a duplicate's break_on is a receipt up to the cut: it is never PENDING
@@ -135,7 +146,7 @@ SELECT e.*,
        ) AS reorder_suspected
 FROM ranked e;
 
--- classified: findings with their class and evidence (and the rule's compensation).
+-- classified: findings with their class and evidence (and the rule's two commands).
 CREATE OR REPLACE TEMP TABLE classified AS
 WITH classed AS (
     SELECT f.*, e.ledger_action, e.msg_id, e.observed_status, e.topic, e.kafka_partition,
@@ -160,40 +171,52 @@ SELECT left(sha256(effect || ':' || CAST(order_id AS VARCHAR) || ':' || class), 
        CAST(ok AS BIGINT) AS receipt_count,
        reorder_suspected,
        CAST(priority AS INTEGER) AS priority,
-       compensation
+       compensation,
+       reversal
 FROM classed;
 
 CREATE OR REPLACE TEMP VIEW discrepancies AS
-SELECT * EXCLUDE (compensation) FROM classified;
+SELECT * EXCLUDE (compensation, reversal) FROM classified;
 
+-- compensation_tasks: one per BREAK. Both reversing classes hand the rule's reversal (NULL
+-- when it names none) the standing SUCCEEDED receipts up to the cut, in (created_at,
+-- receipt_id) order: every one for an unreversed effect, all but the first for a duplicate.
 CREATE OR REPLACE TEMP VIEW compensation_tasks AS
 WITH breaks AS (
-    SELECT * FROM classified WHERE verdict = 'BREAK'
+    SELECT *, class IN ('DUPLICATE_EFFECT', 'UNREVERSED_EFFECT') AS reverses
+    FROM classified
+    WHERE verdict = 'BREAK'
 ),
-reversals AS (
+standing AS (
     SELECT x.effect, x.order_id,
-           list(x.receipt_id ORDER BY x.created_at, x.receipt_id)[2:] AS receipt_ids
+           list(x.receipt_id ORDER BY x.created_at, x.receipt_id) AS receipt_ids
     FROM receipts x
-    SEMI JOIN breaks b ON b.effect = x.effect AND b.order_id = x.order_id AND b.class = 'DUPLICATE_EFFECT'
+    SEMI JOIN breaks b ON b.effect = x.effect AND b.order_id = x.order_id AND b.reverses
     WHERE x.status = 'SUCCEEDED' AND x.created_at <= getvariable('cut')
     GROUP BY x.effect, x.order_id
 )
 SELECT b.finding_id AS task_id, b.effect, b.order_id, b.class,
-       CASE b.class
-           WHEN 'DUPLICATE_EFFECT' THEN 'REVERSE_EFFECT'
-           WHEN 'ORPHAN_EFFECT' THEN 'INVESTIGATE'
+       CASE
+           WHEN b.reverses THEN 'REVERSE_EFFECT'
+           WHEN b.class = 'ORPHAN_EFFECT' THEN 'INVESTIGATE'
            ELSE 'EXECUTE_EFFECT'
        END AS action,
-       CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'DONE_NO_RECEIPT', 'REVIEW_STALLED', 'NO_LEDGER_ENTRY')
-            THEN b.compensation END AS command,
+       CASE
+           WHEN b.reverses THEN b.reversal
+           WHEN b.class IN ('SKIPPED_BUT_DUE', 'DONE_NO_RECEIPT', 'REVIEW_STALLED', 'NO_LEDGER_ENTRY')
+               THEN b.compensation
+       END AS command,
        CASE WHEN b.class IN ('SKIPPED_BUT_DUE', 'REVIEW_STALLED') THEN b.msg_id END AS reopen_msg_id,
-       CASE WHEN b.class = 'DUPLICATE_EFFECT' THEN x.receipt_ids END AS reverse_receipt_ids,
+       CASE b.class
+           WHEN 'UNREVERSED_EFFECT' THEN x.receipt_ids
+           WHEN 'DUPLICATE_EFFECT' THEN x.receipt_ids[2:]
+       END AS reverse_receipt_ids,
        b.priority,
-       b.effect || ':' || b.order_id::VARCHAR || CASE b.class
-           WHEN 'DUPLICATE_EFFECT' THEN ':reverse' WHEN 'ORPHAN_EFFECT' THEN ':investigate' ELSE ''
+       b.effect || ':' || b.order_id::VARCHAR || CASE
+           WHEN b.reverses THEN ':reverse' WHEN b.class = 'ORPHAN_EFFECT' THEN ':investigate' ELSE ''
        END AS idempotency_key
 FROM breaks b
-LEFT JOIN reversals x ON x.effect = b.effect AND x.order_id = b.order_id;
+LEFT JOIN standing x ON x.effect = b.effect AND x.order_id = b.order_id;
 
 -- skip_verdicts: every SKIPPED row decided in (since, cut], over the rules its event
 -- triggers (a missing state row means never due and no receipt).

@@ -1,5 +1,6 @@
 -- candidates: the findings this run lists, before their ledger evidence.
---   MISSING and ORPHAN break when their grace ends: break_on = grace_ends (effects_in_play.sql).
+--   MISSING, ORPHAN and UNREVERSED break when their grace ends: break_on = grace_ends
+--   (effects_in_play.sql).
 --   DUPLICATE breaks at the second SUCCEEDED receipt by (created_at, receipt_id):
 --   break_on = its created_at.
 -- BREAK when break_on <= $cut, PENDING while the grace is still running. Listed when

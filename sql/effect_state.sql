@@ -1,6 +1,7 @@
 -- effect_state: what was owed and what happened, per (rule_id, order_id) up to the cut:
 --   due_at   : earliest change to the rule's due status (NULL: never due);
 --   voided   : the order reached one of the rule's void statuses, whenever;
+--   void_at  : the earliest such change (DESIGN §10.1: when an effect must be undone);
 --   ok_count : SUCCEEDED receipts of the effect (FAILED and REVERSED do not count,
 --              effects no rule names are ignored); first_at: the earliest of them;
 --   receipt_rows : receipts of the effect in any status (a reversal leaves its row);
@@ -16,6 +17,7 @@ SELECT rule_id,
        order_id,
        min(due_at) AS due_at,
        bool_or(is_void) AS voided,
+       min(void_at) AS void_at,
        sum(ok) AS ok_count,
        min(receipt_at) AS first_at,
        sum(receipt_row) AS receipt_rows,
@@ -24,6 +26,7 @@ FROM (
     SELECT s.rule_id, h.order_id,
            CASE WHEN s.is_due THEN h.changed_at END AS due_at,
            s.is_void,
+           CASE WHEN s.is_void THEN h.changed_at END AS void_at,
            0 AS ok,
            NULL AS receipt_at,
            0 AS receipt_row,
@@ -35,6 +38,7 @@ FROM (
     SELECT u.rule_id, r.order_id,
            NULL AS due_at,
            false AS is_void,
+           NULL AS void_at,
            CASE WHEN r.status = 'SUCCEEDED' THEN 1 ELSE 0 END AS ok,
            CASE WHEN r.status = 'SUCCEEDED' THEN r.created_at END AS receipt_at,
            1 AS receipt_row,
@@ -46,6 +50,7 @@ FROM (
     SELECT u.rule_id, l.order_id,
            NULL AS due_at,
            false AS is_void,
+           NULL AS void_at,
            0 AS ok,
            NULL AS receipt_at,
            0 AS receipt_row,
@@ -58,6 +63,7 @@ FROM (
     SELECT w.rule_id, w.order_id,
            NULL AS due_at,
            false AS is_void,
+           NULL AS void_at,
            0 AS ok,
            NULL AS receipt_at,
            0 AS receipt_row,

@@ -3,6 +3,9 @@
 -- possible findings, its kind:
 --   MISSING   : due, not voided, no SUCCEEDED receipt, and due_at + grace > $list_since;
 --   ORPHAN    : a SUCCEEDED receipt but never due, and first receipt + grace > $list_since;
+--   UNREVERSED: on a rule with reverse_on_void, due, voided and a SUCCEEDED receipt
+--               still in force (DESIGN §10.1): grace_ends = max(void_at, first receipt)
+--               + grace, after the listing bound; it takes precedence over DUPLICATE;
 --   DUPLICATE : due and two or more SUCCEEDED receipts (whether the second receipt
 --               falls after the listing bound is decided by candidates.sql).
 -- $list_since is the window start, or in a chain max(origin, $since - late_horizon).
@@ -15,11 +18,15 @@ WITH judged AS (
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 THEN 'MISSING'
                WHEN s.due_at IS NULL AND s.ok_count >= 1 THEN 'ORPHAN'
+               WHEN r.reverse_on_void AND s.due_at IS NOT NULL AND s.voided AND s.ok_count >= 1
+                   THEN 'UNREVERSED'
                WHEN s.due_at IS NOT NULL AND s.ok_count >= 2 THEN 'DUPLICATE'
            END AS kind,
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 THEN s.due_at + r.grace
                WHEN s.due_at IS NULL AND s.ok_count >= 1 THEN s.first_at + r.grace
+               WHEN r.reverse_on_void AND s.due_at IS NOT NULL AND s.voided AND s.ok_count >= 1
+                   THEN greatest(s.void_at, s.first_at) + r.grace
            END AS grace_ends
     FROM effect_state s
     JOIN rules r ON r.rule_id = s.rule_id

@@ -6,6 +6,7 @@ WITH classified AS (
            CASE c.kind
                WHEN 'ORPHAN' THEN 'ORPHAN_EFFECT'
                WHEN 'DUPLICATE' THEN 'DUPLICATE_EFFECT'
+               WHEN 'UNREVERSED' THEN 'UNREVERSED_EFFECT'
                ELSE CASE e.outcome
                         WHEN 'SKIPPED' THEN 'SKIPPED_BUT_DUE'
                         WHEN 'DONE' THEN 'DONE_NO_RECEIPT'

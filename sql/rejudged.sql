@@ -5,8 +5,9 @@
 --   RECEIPT      F is a missing class and a SUCCEEDED receipt exists;
 --   VOIDED       F is a missing class and the order reached a void status;
 --   RECLASSIFIED K is another class (that finding is listed with its own verdict);
---   REVERSED     F is a duplicate (orphan), receipts of the effect for the order are in
---                the snapshot, and fewer than two (no) SUCCEEDED ones remain;
+--   REVERSED     F is a duplicate (an orphan or unreversed), receipts of the effect for
+--                the order are in the snapshot, and fewer than two (no) SUCCEEDED ones
+--                remain;
 --   NOW_DUE      F is an orphan and the order reached the due status;
 --   EXPIRED      none of the above can be decided and F broke first at or before
 --                $expire_before (= $cut - max_age);
@@ -23,7 +24,7 @@ SELECT f.finding_id, f.effect, f.order_id, f.class, f.first_seen_run, f.first_br
            WHEN k.class IS NOT NULL THEN 'RECLASSIFIED'
            WHEN f.class = 'DUPLICATE_EFFECT' AND coalesce(s.receipt_rows, 0) >= 1
                 AND coalesce(s.receipt_count, 0) < 2 THEN 'REVERSED'
-           WHEN f.class = 'ORPHAN_EFFECT' AND coalesce(s.receipt_rows, 0) >= 1
+           WHEN f.class IN ('ORPHAN_EFFECT', 'UNREVERSED_EFFECT') AND coalesce(s.receipt_rows, 0) >= 1
                 AND coalesce(s.receipt_count, 0) = 0 THEN 'REVERSED'
            WHEN f.class = 'ORPHAN_EFFECT' AND s.due_at IS NOT NULL THEN 'NOW_DUE'
            WHEN f.first_break_on <= $expire_before THEN 'EXPIRED'

@@ -52,7 +52,7 @@ pub async fn snapshot_folders(root: &Location) -> Result<Vec<String>> {
 pub async fn compact(root: &Location) -> Result<CompactReport> {
     let folders = snapshot_folders(root).await?;
     let head = folders.last().cloned().ok_or_else(|| Error::Snapshot {
-        location: root.display(""),
+        location: root.to_string(),
         message: "no complete snapshot=<cut> folder to compact".into(),
     })?;
     let snapshot = Snapshot::open(&root.join(&head)).await?;
@@ -118,7 +118,7 @@ pub async fn compact(root: &Location) -> Result<CompactReport> {
         let expected = old.live_rows.get(label).copied().unwrap_or(0);
         if rows != expected {
             return Err(Error::Snapshot {
-                location: out.display(""),
+                location: out.to_string(),
                 message: format!(
                     "compacting {label}: {rows} rows written, but {head} holds {expected} live rows"
                 ),

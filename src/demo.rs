@@ -104,7 +104,7 @@ pub async fn demo(plan: &DemoPlan, events: &Events) -> Result<DemoReport> {
 async fn generate(plan: &DemoPlan, layout: &DemoLayout, events: &Events) -> Result<Vec<Micros>> {
     events.emit(Event::Demo(DemoStep::Generating {
         orders: plan.orders,
-        folder: layout.generated.display(""),
+        folder: layout.generated.to_string(),
     }));
     let mut gen_plan = WorkloadPlan::new(layout.generated.clone(), plan.orders)?;
     gen_plan.seed = plan.seed;

@@ -88,7 +88,7 @@ pub async fn gc(plan: &GcPlan) -> Result<GcReport> {
         .list(Some(&prefix))
         .try_collect()
         .await
-        .map_err(|e| Error::store(root.display(""), e))?;
+        .map_err(|e| Error::store(root.to_string(), e))?;
     let relative = |p: &Path| -> String {
         p.as_ref()
             .strip_prefix(prefix.as_ref())

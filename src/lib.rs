@@ -24,7 +24,8 @@
 //!   DataFusion session, the SQL of `sql/`, UDFs, staging, the Ballista cluster) and
 //!   [`db`] (every team database, both directions: export, load, publish, reopen; the only
 //!   module using sqlx).
-//! * Verbs, named as the commands: [`recon`] (`run`), [`nightly`], [`demo`], [`inspect`]
+//! * Verbs, named as the commands: [`recon`] (`run`), [`nightly`], [`demo`],
+//!   [`order_now`] (one order judged live: `explain --config`, `reopen --order`), [`inspect`]
 //!   (`explain`, `sql`, `history`, `report`, and what a run hands on: metrics and the
 //!   alert), [`compact`] and [`gc`] (the snapshot root of incremental nights).
 //! * The synthetic side: [`workload`] (`gen`: the 24-partition world with planted faults
@@ -47,6 +48,7 @@ pub mod events;
 pub mod gc;
 pub mod inspect;
 pub mod nightly;
+pub mod order_now;
 pub mod recon;
 pub mod run_folder;
 pub mod simulate;

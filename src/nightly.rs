@@ -76,7 +76,7 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     });
 
     let export = if snapshot.exists(MANIFEST).await? {
-        events.emit(Event::ExportSkipped { snapshot: snapshot.display("") });
+        events.emit(Event::ExportSkipped { snapshot: snapshot.to_string() });
         None
     } else {
         let export_plan =

@@ -1,7 +1,8 @@
 //! Test-only crash hook: `EFFECT_RECON_CRASH_AT=<stage>[:<n>]` kills the process with
 //! SIGKILL the `n`-th time (default: the first) it reaches the named stage, so the
 //! reliability suite can prove that a run, export or nightly job killed anywhere leaves
-//! nothing a reader would take for a result, and that a rerun finishes the job.
+//! nothing a reader would take for a result, that a publish or reopen killed between (or
+//! inside) its transactions leaves whole batches only, and that a rerun finishes the job.
 //!
 //! The stages are [`Stage`] (docs/RELIABILITY.md). Unset (always, outside the tests), the
 //! hook costs one environment lookup per process.
@@ -31,6 +32,15 @@ pub(crate) enum Stage {
     SnapshotAfterManifest,
     /// The exporter encoded one batch.
     ExportBatch,
+    /// A publish batch's rows are written, its transaction not yet committed.
+    PublishBeforeCommit,
+    /// A publish batch (inserts and updates, or RESOLVED marks) is committed.
+    PublishBatch,
+    /// A reopen batch's ledger updates and audit rows are written, its transaction not yet
+    /// committed.
+    ReopenBeforeCommit,
+    /// A reopen (or undo) batch is committed with its audit rows.
+    ReopenBatch,
 }
 
 impl Stage {
@@ -45,6 +55,10 @@ impl Stage {
             Stage::SnapshotBeforeManifest => "snapshot-before-manifest",
             Stage::SnapshotAfterManifest => "snapshot-after-manifest",
             Stage::ExportBatch => "export-batch",
+            Stage::PublishBeforeCommit => "publish-before-commit",
+            Stage::PublishBatch => "publish-batch",
+            Stage::ReopenBeforeCommit => "reopen-before-commit",
+            Stage::ReopenBatch => "reopen-batch",
         }
     }
 }

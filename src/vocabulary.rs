@@ -100,13 +100,22 @@ vocabulary! {
         DuplicateEffect => "DUPLICATE_EFFECT",
         /// A SUCCEEDED receipt on an order never due.
         OrphanEffect => "ORPHAN_EFFECT",
+        /// A done effect still in force on a voided order, on a rule with
+        /// `reverse_on_void` (DESIGN §10.1).
+        UnreversedEffect => "UNREVERSED_EFFECT",
     }
 }
 
 impl Class {
     /// One of the four missing-effect classes.
     pub fn is_missing(self) -> bool {
-        !matches!(self, Class::DuplicateEffect | Class::OrphanEffect)
+        !self.is_wrong_effect()
+    }
+
+    /// One of the three wrong-effect classes: an effect done that must be undone or
+    /// looked into (duplicate, orphan, unreversed).
+    pub fn is_wrong_effect(self) -> bool {
+        matches!(self, Class::DuplicateEffect | Class::OrphanEffect | Class::UnreversedEffect)
     }
 }
 
@@ -253,7 +262,7 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "unknown class 'NO_SUCH_CLASS' (expected one of: SKIPPED_BUT_DUE, DONE_NO_RECEIPT, \
-             REVIEW_STALLED, NO_LEDGER_ENTRY, DUPLICATE_EFFECT, ORPHAN_EFFECT)"
+             REVIEW_STALLED, NO_LEDGER_ENTRY, DUPLICATE_EFFECT, ORPHAN_EFFECT, UNREVERSED_EFFECT)"
         );
         assert!("break".parse::<Verdict>().is_err(), "names are case-sensitive");
     }

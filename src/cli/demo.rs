@@ -59,7 +59,7 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
             super::report::print_written(&night.nightly.report);
         }
         let me = super::self_command();
-        println!("history ({me} history --out {}):", report.layout.recon.display(""));
+        println!("history ({me} history --out {}):", report.layout.recon.to_string());
         print!("{}", history::render_table(&report.history));
     } else if let Some(night) = report.nights.last() {
         print_next_steps(&report.layout, night);
@@ -75,7 +75,7 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
 }
 
 fn print_next_steps(layout: &DemoLayout, night: &DemoNight) {
-    let snapshot = night.nightly.snapshot.display("");
+    let snapshot = night.nightly.snapshot.to_string();
     let run_dir = night.nightly.run.folder.clone();
     println!("source:   {} (SQLite; job {})", layout.database.display(), layout.job.display());
     println!("snapshot: {snapshot}");

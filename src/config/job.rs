@@ -98,6 +98,10 @@ pub struct ExportSettings {
     pub connect_timeout: Micros,
     /// Check each chunk's streamed rows against a COUNT in the same snapshot.
     pub verify_counts: bool,
+    /// Read only the rows of these `order_id`s (inclusive), each source as one range
+    /// chunk: the one-order path (`explain --config`, `reopen --order`). Never set by a
+    /// config file.
+    pub only_orders: Option<(i64, i64)>,
 }
 
 impl Default for ExportSettings {
@@ -113,6 +117,7 @@ impl Default for ExportSettings {
             rows_per_file: crate::storage::parquet_parts::ROWS_PER_FILE,
             connect_timeout: 30_000_000,
             verify_counts: true,
+            only_orders: None,
         }
     }
 }

@@ -39,6 +39,9 @@ struct RuleEntry {
     grace: String,
     compensation: String,
     priority: i32,
+    #[serde(default)]
+    reverse_on_void: bool,
+    reversal: Option<String>,
 }
 
 /// One validated rule: an effect, when it is owed, when the debt is void, and how to compensate.
@@ -60,6 +63,15 @@ pub struct Rule {
     pub compensation: String,
     /// Executor priority.
     pub priority: i32,
+    /// A done effect must be undone when the order is voided (DESIGN §10.1): a done
+    /// effect on a voided order is an `UNREVERSED_EFFECT`. Left out of the rules hash
+    /// when false, so rules files without it keep their hash.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reverse_on_void: bool,
+    /// Command handed to the executor to undo the effect (unreversed and duplicate
+    /// effects); required when `reverse_on_void`. Left out of the hash when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reversal: Option<String>,
 }
 
 /// A validated rule set and where it came from.
@@ -157,6 +169,8 @@ fn validate(entry: RuleEntry) -> Result<Rule, String> {
         grace,
         compensation,
         priority,
+        reverse_on_void,
+        reversal,
     } = entry;
     for (field, value) in [
         ("effect", &effect),
@@ -169,6 +183,14 @@ fn validate(entry: RuleEntry) -> Result<Rule, String> {
         }
     }
     let grace_micros = parse_duration(&grace).map_err(|e| format!("({effect}) grace: {e}"))?;
+    if reversal.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        return Err(format!("({effect}) field 'reversal' is empty"));
+    }
+    if reverse_on_void && reversal.is_none() {
+        return Err(format!(
+            "({effect}) reverse_on_void = true needs 'reversal', the command that undoes the effect (e.g. reversal = \"REVOKE_POINTS\")"
+        ));
+    }
     Ok(Rule {
         effect,
         trigger_event,
@@ -178,6 +200,8 @@ fn validate(entry: RuleEntry) -> Result<Rule, String> {
         grace_micros,
         compensation,
         priority,
+        reverse_on_void,
+        reversal,
     })
 }
 
@@ -193,11 +217,48 @@ mod tests {
         assert_eq!(set.rules[2].void_statuses, ["CANCELLED"]);
         assert_eq!(set.rules[0].grace_micros, 30 * 60_000_000);
         assert_eq!(set.triggered_by("ORDER_PAID").count(), 2);
+        let reversals: Vec<_> =
+            set.rules.iter().map(|r| (r.reverse_on_void, r.reversal.as_deref())).collect();
+        assert_eq!(
+            reversals,
+            [(true, Some("REVOKE_POINTS")), (true, Some("RELEASE_STOCK")), (false, None)]
+        );
+    }
+
+    const PLAIN: &str = "[[rule]]\neffect='a'\ntrigger_event='E'\ndue_status='S'\ngrace='1h'\ncompensation='C'\npriority=1\n";
+
+    #[test]
+    fn reverse_on_void_needs_a_reversal() {
+        let error = RuleSet::parse(&format!("{PLAIN}reverse_on_void=true\n"), "t").unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("rule 1") && text.contains("(a) reverse_on_void = true needs 'reversal'"),
+            "{text}"
+        );
+        let empty = RuleSet::parse(&format!("{PLAIN}reversal=' '\n"), "t").unwrap_err();
+        assert!(empty.to_string().contains("(a) field 'reversal' is empty"), "{empty}");
+        // A reversal alone names the command of duplicate reversals (DESIGN §10.1).
+        let alone = RuleSet::parse(&format!("{PLAIN}reversal='UNDO'\n"), "t").unwrap();
+        assert_eq!(
+            (alone.rules[0].reverse_on_void, alone.rules[0].reversal.as_deref()),
+            (false, Some("UNDO"))
+        );
+    }
+
+    #[test]
+    fn rules_without_the_reversal_fields_keep_their_hash() {
+        // The hash of PLAIN before the fields existed: runs chained across the upgrade
+        // keep following each other.
+        let plain = RuleSet::parse(PLAIN, "t").unwrap();
+        let explicit = RuleSet::parse(&format!("{PLAIN}reverse_on_void=false\n"), "t").unwrap();
+        assert_eq!(plain.hash, explicit.hash);
+        let reversing =
+            RuleSet::parse(&format!("{PLAIN}reverse_on_void=true\nreversal='U'\n"), "t").unwrap();
+        assert_ne!(plain.hash, reversing.hash);
     }
 
     #[test]
     fn void_statuses_may_be_omitted() {
-        let text = "[[rule]]\neffect='a'\ntrigger_event='E'\ndue_status='S'\ngrace='1h'\ncompensation='C'\npriority=1\n";
-        assert!(RuleSet::parse(text, "t").unwrap().rules[0].void_statuses.is_empty());
+        assert!(RuleSet::parse(PLAIN, "t").unwrap().rules[0].void_statuses.is_empty());
     }
 }

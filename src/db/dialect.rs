@@ -415,6 +415,28 @@ where
     select_in(ledger, msg_id, action, msg_ids)
 }
 
+/// The order of one ledger message (`reopen --msg-id`), as a BIGINT whatever the column's
+/// integer type.
+pub(super) fn ledger_order_of<DB>(
+    ledger: &str,
+    msg_id_column: &str,
+    order_column: &str,
+    msg_id: &str,
+) -> QueryBuilder<'static, DB>
+where
+    DB: Database,
+    String: Bind<DB>,
+{
+    let order = match DB::NAME {
+        "MySQL" => format!("CAST({order_column} AS SIGNED)"),
+        "PostgreSQL" => format!("CAST({order_column} AS BIGINT)"),
+        _ => order_column.to_string(),
+    };
+    let mut q = QueryBuilder::new(format!("SELECT {order} FROM {ledger} WHERE {msg_id_column} = "));
+    q.push_bind(msg_id.to_string());
+    q
+}
+
 /// The guarded UPDATE of one ledger row: `action` set to `to` only where it is still `from`.
 pub(super) fn ledger_update<DB>(
     ledger: &str,

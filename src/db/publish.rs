@@ -27,6 +27,7 @@ use crate::config::job::Driver;
 use crate::error::Result;
 use crate::run_folder::reader::{RunOutputs, TaskRow};
 use crate::storage::Location;
+use crate::testing::{crash_point, Stage};
 pub use crate::vocabulary::TaskState;
 
 /// The recommended table name.
@@ -202,7 +203,9 @@ async fn write_batch(
             let mut q = dialect::task_relisted::<DB>(table, t, run, now);
             updated += q.build().execute(&mut *tx).await?.rows_affected();
         }
+        crash_point(Stage::PublishBeforeCommit);
         tx.commit().await?;
+        crash_point(Stage::PublishBatch);
         Ok((inserted, updated))
     })
 }
@@ -223,7 +226,9 @@ async fn resolve_batch(
             let mut q = dialect::task_resolved::<DB>(table, task_id, resolution, run, now);
             updated += q.build().execute(&mut *tx).await?.rows_affected();
         }
+        crash_point(Stage::PublishBeforeCommit);
         tx.commit().await?;
+        crash_point(Stage::PublishBatch);
         Ok(updated)
     })
 }

@@ -26,8 +26,9 @@ use super::error::WriteError;
 use super::{self as db, WriteTarget};
 use crate::config::job::Driver;
 use crate::error::{Error, Result};
-use crate::run_folder::reader::RunOutputs;
+use crate::run_folder::reader::{RunOutputs, TaskRow};
 use crate::storage::Location;
+use crate::testing::{crash_point, Stage};
 use crate::vocabulary::Class;
 pub use crate::vocabulary::LedgerAction;
 
@@ -68,18 +69,44 @@ pub enum ReopenMode {
     },
 }
 
-/// The names of the two ledger columns `reopen` reads and changes.
+/// The names of the ledger columns `reopen` reads and changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerColumns {
     /// The unique message id (recommended: `msg_id`).
     pub msg_id: String,
     /// The decision (recommended: `action`).
     pub action: String,
+    /// The order (recommended: `order_id`), read by `--msg-id` only.
+    pub order_id: String,
 }
 
 impl Default for LedgerColumns {
     fn default() -> Self {
-        LedgerColumns { msg_id: "msg_id".into(), action: "action".into() }
+        LedgerColumns {
+            msg_id: "msg_id".into(),
+            action: "action".into(),
+            order_id: "order_id".into(),
+        }
+    }
+}
+
+/// `reopen --order` / `--msg-id`: only the tasks of one order (of one effect, naming one
+/// message), from a run judged live for that order ([`crate::order_now`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrderFilter {
+    /// The order.
+    pub order_id: i64,
+    /// Only this effect's tasks.
+    pub effect: Option<String>,
+    /// Only the tasks reopening this message.
+    pub msg_id: Option<String>,
+}
+
+impl OrderFilter {
+    fn keeps(&self, task: &TaskRow) -> bool {
+        task.order_id == self.order_id
+            && self.effect.as_ref().is_none_or(|e| *e == task.effect)
+            && self.msg_id.as_ref().is_none_or(|m| task.reopen_msg_id.as_ref() == Some(m))
     }
 }
 
@@ -105,7 +132,12 @@ pub fn ledger_mapping(query: &str) -> (Option<String>, LedgerColumns) {
         .find(|w| w[0].eq_ignore_ascii_case("FROM"))
         .map(|w| plain(&w[1]))
         .filter(|t| db::check_identifier("--table", t).is_ok());
-    (table, LedgerColumns { msg_id: aliased("msg_id"), action: aliased("action") })
+    let columns = LedgerColumns {
+        msg_id: aliased("msg_id"),
+        action: aliased("action"),
+        order_id: aliased("order_id"),
+    };
+    (table, columns)
 }
 
 /// A validated reopen request.
@@ -135,6 +167,8 @@ pub struct ReopenPlan {
     pub republish: Option<PathBuf>,
     /// Reopen from a run whose self-checks failed (INCOMPLETE) all the same.
     pub allow_incomplete: bool,
+    /// Only the tasks of one order (`--order`, `--msg-id`); `None`: the whole run.
+    pub only: Option<OrderFilter>,
 }
 
 /// What happened (or, in a dry run, would happen) to one message.
@@ -225,7 +259,7 @@ pub async fn reopen(plan: &ReopenPlan) -> Result<ReopenReport> {
         ReopenMode::Revoke { run } => {
             let outputs = RunOutputs::read(run).await?;
             outputs.check_complete(plan.allow_incomplete)?;
-            Some(revoke_items(&outputs))
+            Some(revoke_items(&outputs, plan.only.as_ref()))
         }
         ReopenMode::Undo { .. } => None,
     };
@@ -252,7 +286,7 @@ async fn reopen_on(
 ) -> Result<Outcome> {
     let target = &plan.target;
     let (ledger, audit) = (plan.table.as_str(), plan.audit_table.as_str());
-    let LedgerColumns { msg_id, action } = &plan.columns;
+    let LedgerColumns { msg_id, action, .. } = &plan.columns;
     conn.execute(&dialect::ledger_probe(ledger, msg_id, action)).await.map_err(|e| {
         target.error(
             ledger,
@@ -287,12 +321,13 @@ async fn reopen_on(
     Ok((items, Some(apply_id), batches))
 }
 
-/// The run's messages to revoke: one per `reopen_msg_id`, with every task naming it.
-fn revoke_items(outputs: &RunOutputs) -> Vec<ReopenItem> {
+/// The run's messages to revoke: one per `reopen_msg_id`, with every task naming it
+/// (only those `only` keeps).
+fn revoke_items(outputs: &RunOutputs, only: Option<&OrderFilter>) -> Vec<ReopenItem> {
     let evidence: HashMap<&str, _> =
         outputs.findings.iter().map(|f| (f.finding_id.as_str(), f)).collect();
     let mut by_msg: BTreeMap<String, ReopenItem> = BTreeMap::new();
-    for task in &outputs.tasks {
+    for task in outputs.tasks.iter().filter(|t| only.is_none_or(|o| o.keeps(t))) {
         let Some(msg_id) = &task.reopen_msg_id else { continue };
         let Some(from) = reopened_from(task.class) else { continue };
         let found =
@@ -317,6 +352,28 @@ fn revoke_items(outputs: &RunOutputs) -> Vec<ReopenItem> {
         item.task_ids.push_str(&task.task_id);
     }
     by_msg.into_values().collect()
+}
+
+/// The order of ledger message `msg` (`reopen --msg-id`): `None` when the ledger has no
+/// such row.
+pub async fn order_of_message(
+    target: &WriteTarget,
+    table: &str,
+    columns: &LedgerColumns,
+    msg: &str,
+) -> Result<Option<i64>> {
+    db::check_identifier("--table", table)?;
+    db::check_identifier("msg_id column", &columns.msg_id)?;
+    db::check_identifier("order_id column", &columns.order_id)?;
+    let mut conn = target.connect(table).await?;
+    let found: Result<Option<(i64,)>, sqlx::Error> = crate::db::on_conn!(&mut conn, c, DB => {
+        let mut q = dialect::ledger_order_of::<DB>(table, &columns.msg_id, &columns.order_id, msg);
+        q.build_query_as::<(i64,)>().fetch_optional(&mut *c).await
+    });
+    conn.close().await;
+    let found = found
+        .map_err(|e| target.error(table, format!("reading the order of message '{msg}': {e}")))?;
+    Ok(found.map(|(order,)| order))
 }
 
 /// The messages an earlier apply (or one of its batches) revoked, to be restored.
@@ -359,7 +416,7 @@ async fn classify(
     items: &mut [ReopenItem],
     batch: usize,
 ) -> Result<(), WriteError> {
-    let LedgerColumns { msg_id, action } = columns;
+    let LedgerColumns { msg_id, action, .. } = columns;
     let mut current: HashMap<String, String> = HashMap::new();
     for chunk in items.chunks(batch.clamp(1, 1000)) {
         let rows: Vec<(String, String)> = crate::db::on_conn!(conn, c, DB => {
@@ -462,7 +519,7 @@ async fn apply_batch(
     items: &[&ReopenItem],
 ) -> Result<Vec<bool>, sqlx::Error> {
     let (ledger, audit) = (plan.table.as_str(), plan.audit_table.as_str());
-    let LedgerColumns { msg_id, action } = &plan.columns;
+    let LedgerColumns { msg_id, action, .. } = &plan.columns;
     let now = crate::time::now_micros();
     crate::db::on_conn!(conn, c, DB => {
         let mut tx = c.begin().await?;
@@ -494,7 +551,9 @@ async fn apply_batch(
             }
             done.push(changed);
         }
+        crash_point(Stage::ReopenBeforeCommit);
         tx.commit().await?;
+        crash_point(Stage::ReopenBatch);
         Ok(done)
     })
 }

@@ -98,7 +98,7 @@ impl PreviousRun {
     /// Opens a run folder and checks it can be followed: complete, with the lifecycle
     /// fields in its manifest and a readable summary.
     pub async fn open(folder: &Location) -> Result<PreviousRun> {
-        let fail = |message: String| Error::PreviousRun { location: folder.display(""), message };
+        let fail = |message: String| Error::PreviousRun { location: folder.to_string(), message };
         if let Some(why) = folder.not_a_folder().await {
             return Err(fail(why.to_string()));
         }
@@ -156,7 +156,7 @@ impl PreviousRun {
     }
 
     fn fail(&self, message: String) -> Error {
-        Error::PreviousRun { location: self.folder.display(""), message }
+        Error::PreviousRun { location: self.folder.to_string(), message }
     }
 }
 

@@ -191,7 +191,7 @@ async fn reconcile_and_publish(plan: &RunPlan, events: &Events) -> Result<RunRep
             // A rerun of a run that finished (a scheduler retrying after a crash that came
             // after the manifest): its outputs are already the ones this run would write.
             let summary = run_folder::read_run_summary(&folder).await?;
-            let folder = folder.display("");
+            let folder = folder.to_string();
             events.emit(Event::RunAlreadyDone { folder: folder.clone() });
             return Ok(RunReport { summary, manifest: *manifest, folder, plans: vec![] });
         }
@@ -216,7 +216,7 @@ async fn reconcile_and_publish(plan: &RunPlan, events: &Events) -> Result<RunRep
     // The write stage cannot be timed inside the file it writes: summary.json has the
     // stages before it, the returned summary all three.
     let mut summary = prepared.summary(plan, &stats, &outputs, verdict, timings_ms)?;
-    let folder = prepared.publisher.folder().display("");
+    let folder = prepared.publisher.folder().to_string();
     let manifest = prepared.publish(plan, &outputs, &summary).await?;
     let elapsed = stage(&mut summary.timings_ms, "write", write_started);
     events.emit(Event::RunWritten { folder: folder.clone(), elapsed });
@@ -232,8 +232,8 @@ fn on_cluster(plan: &RunPlan, e: Error) -> Error {
             message: format!(
                 "{context}: {} (every executor must reach the snapshot {} and the output folder {})",
                 source.to_string().trim_end(),
-                plan.snapshot.display(""),
-                plan.out.display("")
+                plan.snapshot.to_string(),
+                plan.out.to_string()
             ),
             source: Some(source),
         },
@@ -254,7 +254,7 @@ async fn compute(
     let verdict = prepared.self_check(ctx, plan, &stats).await?;
     let elapsed = stage(&mut timings_ms, "validate", started);
     events.emit(Event::RunValidated {
-        snapshot: plan.snapshot.display(""),
+        snapshot: plan.snapshot.to_string(),
         files: stats.files as u64,
         rows: total_rows(&stats),
         elapsed,

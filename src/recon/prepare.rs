@@ -62,7 +62,7 @@ impl Prepared {
         if !plan.replace {
             let folder = plan.out.join(&run_folder::run_folder(&run_id));
             if let Some(manifest) = run_folder::existing_run(&folder).await? {
-                let same_inputs = manifest.snapshot == plan.snapshot.display("")
+                let same_inputs = manifest.snapshot == plan.snapshot.to_string()
                     && manifest.cut == format_instant(window.cut)
                     && manifest.since == format_instant(window.since)
                     && manifest.rules_hash == plan.rules.hash
@@ -170,7 +170,7 @@ impl Prepared {
             run_id: summary.run_id.clone(),
             cut: summary.cut.clone(),
             since: summary.since.clone(),
-            snapshot: plan.snapshot.display(""),
+            snapshot: plan.snapshot.to_string(),
             rules_hash: plan.rules.hash.clone(),
             previous_run: self.chain.previous_run.clone(),
             origin: summary.origin.clone(),

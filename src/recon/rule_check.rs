@@ -3,7 +3,8 @@
 //! `void_statuses` match no status quietly changes the findings. Each such value gets a
 //! warning with the closest existing value; one within a small edit distance of an
 //! existing value ("SHIPED" for "SHIPPED") is almost surely a typo and also makes the
-//! run INCOMPLETE.
+//! run INCOMPLETE. A rule with a `reversal` whose effect has no receipts at all is warned
+//! about too: nothing it could reverse is ever seen.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +61,15 @@ pub(crate) async fn check(
         probe("due_status", "status", "status_history.status", &rule.due_status);
         for status in &rule.void_statuses {
             probe("void_statuses", "status", "status_history.status", status);
+        }
+        let delivered = vocabulary.get("effect").is_some_and(|e| e.contains(&rule.effect));
+        if let (Some(reversal), false) = (&rule.reversal, delivered) {
+            // DESIGN §10.1: only receipts can be reversed; without them the rule's
+            // reversal is never asked for and a voided effect is never found.
+            found.warnings.push(format!(
+                "rule {}: reversal \"{reversal}\" can never be asked for: no receipts source delivers effect \"{}\" (add its receipts [[source]])",
+                rule.effect, rule.effect
+            ));
         }
     }
     Ok(found)

@@ -2,12 +2,14 @@
 //!
 //! `rule_id` is the rule's position in the file (1-based): the SQL groups by it, since
 //! integer keys hash faster than effect names. `grace` is an interval so the SQL can write
-//! `due_at + grace`; `void_statuses` is a list that `sql/rule_statuses.sql` unnests.
+//! `due_at + grace`; `void_statuses` is a list that `sql/rule_statuses.sql` unnests;
+//! `reversal` is NULL on a rule without one (DESIGN §10.1).
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, Int32Array, IntervalMonthDayNanoArray, ListBuilder, StringArray, StringBuilder,
+    ArrayRef, BooleanArray, Int32Array, IntervalMonthDayNanoArray, ListBuilder, StringArray,
+    StringBuilder,
 };
 use datafusion::arrow::datatypes::{
     DataType, Field, IntervalMonthDayNano, IntervalUnit, Schema, SchemaRef,
@@ -37,6 +39,8 @@ pub fn schema() -> SchemaRef {
         Field::new("grace", DataType::Interval(IntervalUnit::MonthDayNano), false),
         Field::new("compensation", DataType::Utf8, false),
         Field::new("priority", DataType::Int32, false),
+        Field::new("reverse_on_void", DataType::Boolean, false),
+        Field::new("reversal", DataType::Utf8, true),
     ]))
 }
 
@@ -67,6 +71,8 @@ pub fn batch(rules: &RuleSet) -> Result<RecordBatch> {
         Arc::new(grace),
         strings(|r| &r.compensation),
         Arc::new(Int32Array::from_iter_values(rules.rules.iter().map(|r| r.priority))),
+        Arc::new(BooleanArray::from_iter(rules.rules.iter().map(|r| Some(r.reverse_on_void)))),
+        Arc::new(StringArray::from_iter(rules.rules.iter().map(|r| r.reversal.as_deref()))),
     ];
     RecordBatch::try_new(schema(), columns)
         .map_err(|e| Error::config(&rules.origin, format!("building the rules table: {e}")))

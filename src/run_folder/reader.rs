@@ -41,7 +41,7 @@ pub async fn existing_run(folder: &Location) -> Result<Option<RunManifest>> {
 /// Reads a run's manifest; a folder without one is not a (complete) run.
 pub async fn read_run_manifest(folder: &Location) -> Result<RunManifest> {
     let bytes = folder.read_optional(MANIFEST).await?.ok_or_else(|| Error::Run {
-        location: folder.display(""),
+        location: folder.to_string(),
         message: "no manifest.json: not a run folder, or a run that did not finish".into(),
         source: None,
     })?;
@@ -138,7 +138,7 @@ pub(crate) async fn run_manifest_of_folder(folder: &Location) -> Result<RunManif
         Ok(manifest) => Ok(manifest),
         Err(e) => match folder.not_a_folder().await {
             Some(problem) => Err(Error::Run {
-                location: folder.display(""),
+                location: folder.to_string(),
                 message: format!("run folder {problem}"),
                 source: None,
             }),

@@ -124,10 +124,10 @@ impl RunPublisher {
 }
 
 fn already_exists(folder: &Location) -> Error {
-    let run_id = folder.display("");
+    let run_id = folder.to_string();
     let run_id = run_id.rsplit("run=").next().unwrap_or_default();
     Error::Output {
-        location: folder.display(""),
+        location: folder.to_string(),
         message: format!("run '{run_id}' already exists; pass --replace to overwrite it (or, with `run`, --run-id to choose another id)"), source: None
     }
 }

@@ -304,7 +304,7 @@ async fn net(
         skip_verdicts: run.summary.skip_verdicts.clone(),
         exact: verified.is_exact(),
         mismatches: verified.mismatch_count,
-        run: run_location.display(""),
+        run: run_location.to_string(),
         elapsed: started.elapsed(),
     })
 }

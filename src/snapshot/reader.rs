@@ -55,7 +55,7 @@ pub struct SnapshotStats {
 impl Snapshot {
     /// Reads and checks `manifest.json`; a folder without one is an incomplete snapshot.
     pub async fn open(location: &Location) -> Result<Self> {
-        let err = |message: String| Error::Snapshot { location: location.display(""), message };
+        let err = |message: String| Error::Snapshot { location: location.to_string(), message };
         let bytes = match location.read_optional(MANIFEST).await {
             Ok(Some(bytes)) => bytes,
             missing => {
@@ -357,7 +357,7 @@ impl Snapshot {
             let context = |e| Error::query(format!("registering table {}", table.name()), e);
             let mut frames = frames.into_iter();
             let first = frames.next().ok_or_else(|| Error::Snapshot {
-                location: self.location.display(""),
+                location: self.location.to_string(),
                 message: format!("no files for {}", table.name()),
             })?;
             let frame = frames.try_fold(first, |all, next| all.union(next).map_err(context))?;
@@ -410,7 +410,7 @@ impl Snapshot {
         }
         let mut frames = frames.into_iter();
         let first = frames.next().ok_or_else(|| Error::Snapshot {
-            location: self.location.display(""),
+            location: self.location.to_string(),
             message: format!("no files for {}", table.name()),
         })?;
         frames.try_fold(first, |all, next| all.union(next).map_err(context))

@@ -36,7 +36,7 @@ impl SnapshotWriter {
     /// failed or killed writer left there.
     pub async fn create(location: &Location, cut: Micros, created_by: &str) -> Result<Self> {
         let complete = || Error::Snapshot {
-            location: location.display(""),
+            location: location.to_string(),
             message:
                 "already holds a complete snapshot (manifest.json exists); choose another folder"
                     .into(),
@@ -155,7 +155,7 @@ impl SnapshotWriter {
         crash_point(Stage::SnapshotBeforeManifest);
         if !self.location.create(MANIFEST, Bytes::from(json)).await? {
             return Err(Error::Snapshot {
-                location: self.location.display(""),
+                location: self.location.to_string(),
                 message:
                     "manifest.json appeared while writing; another writer is using this folder"
                         .into(),

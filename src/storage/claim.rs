@@ -94,7 +94,7 @@ impl Claim {
             held().lock().unwrap_or_else(|e| e.into_inner()).remove(&holder.token);
         }
         Err(Error::Output {
-            location: folder.display(""),
+            location: folder.to_string(),
             message: "could not claim the folder: other writers keep claiming it".into(),
             source: None,
         })
@@ -140,7 +140,7 @@ async fn claims(folder: &Location) -> Result<Vec<(u64, String)>> {
     let listing = match folder.store().list_with_delimiter(Some(&folder.path(""))).await {
         Ok(listing) => listing,
         Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
-        Err(e) => return Err(Error::store(folder.display(""), e)),
+        Err(e) => return Err(Error::store(folder.to_string(), e)),
     };
     let mut found: Vec<(u64, String)> = listing
         .objects
@@ -157,7 +157,7 @@ async fn claims(folder: &Location) -> Result<Vec<(u64, String)>> {
 
 fn busy(folder: &Location, name: &str, holder: &Holder) -> Error {
     Error::Output {
-        location: folder.display(""),
+        location: folder.to_string(),
         message: format!(
             "another {} is writing this folder (process {} on host {}); nothing was written. \
              If that process is gone, delete {} and retry",

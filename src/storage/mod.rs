@@ -29,6 +29,13 @@ pub struct Location {
     display: String,
 }
 
+/// The location as users see it: a local path or the URL as given.
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.display)
+    }
+}
+
 impl Location {
     /// Resolves a directory path, `file://` URL or `s3://` URL (credentials from the
     /// usual `AWS_*` environment variables).
@@ -151,7 +158,8 @@ impl Location {
         format!("{}{}", self.store_url, self.path(relative))
     }
 
-    /// How the location is shown to users.
+    /// How a file `relative` to the location is shown to users (the location itself is
+    /// shown by its `Display`).
     pub fn display(&self, relative: &str) -> String {
         if relative.is_empty() {
             self.display.clone()
@@ -229,7 +237,7 @@ impl Location {
         let listing = match self.store.list_with_delimiter(Some(&self.prefix)).await {
             Ok(listing) => listing,
             Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
-            Err(e) => return Err(Error::store(self.display(""), e)),
+            Err(e) => return Err(Error::store(self.to_string(), e)),
         };
         let mut names: Vec<String> = listing
             .common_prefixes
@@ -247,7 +255,7 @@ impl Location {
             .list(Some(&self.prefix))
             .try_collect()
             .await
-            .map_err(|e| Error::store(self.display(""), e))?;
+            .map_err(|e| Error::store(self.to_string(), e))?;
         for object in objects {
             match self.store.delete(&object.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

@@ -79,7 +79,7 @@ async fn snapshot_ids(root: &Location) -> Result<Vec<String>> {
         .store()
         .list_with_delimiter(Some(&prefix))
         .await
-        .map_err(|e| Error::store(root.display(""), e))?;
+        .map_err(|e| Error::store(root.to_string(), e))?;
     let mut ids: Vec<String> = listing
         .common_prefixes
         .iter()

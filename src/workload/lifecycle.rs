@@ -226,7 +226,8 @@ impl<'a> NightJudge<'a> {
             Some(Resolution::Reclassified)
         } else if any_receipts
             && ((open.class == Class::DuplicateEffect && state.ok < 2)
-                || (open.class == Class::OrphanEffect && state.ok == 0))
+                || (matches!(open.class, Class::OrphanEffect | Class::UnreversedEffect)
+                    && state.ok == 0))
         {
             Some(Resolution::Reversed)
         } else if open.class == Class::OrphanEffect && state.due_at.is_some() {
@@ -340,6 +341,10 @@ fn current(order: &OrderRows, rule: &Rule, state: &EffectState, cut: Micros) -> 
             let break_on = first + rule.grace_micros;
             Some(Current { class: Class::OrphanEffect, break_on, verdict: verdict(break_on) })
         }
+        (Some(_), Some((first, _))) if state.unreversed(rule) => {
+            let break_on = state.reverse_from(first) + rule.grace_micros;
+            Some(Current { class: Class::UnreversedEffect, break_on, verdict: verdict(break_on) })
+        }
         (Some(_), _) if state.ok >= 2 => state.second.map(|(second, _)| Current {
             class: Class::DuplicateEffect,
             break_on: second,
@@ -393,6 +398,7 @@ mod tests {
             produced: None,
             status: ReceiptStatus::Succeeded,
             created_at: at,
+            reversed_at: None,
         };
         o.receipts.push(r);
     }

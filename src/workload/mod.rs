@@ -331,7 +331,7 @@ pub async fn generate_under(
     let mut sink = Sink::open(&snapshot, plan, &rules)?;
     let mut judge = Judge::new(&rules, plan.window());
     let mut report = WorkloadReport {
-        location: plan.out.display(""),
+        location: plan.out.to_string(),
         truth: plan.out.display(TRUTH_FILE),
         window: Some(plan.window()),
         ..Default::default()

@@ -267,7 +267,7 @@ impl NightSink {
         let location = self.snapshot.location().clone();
         self.truth.1.store(&location).await?;
         (report.rows, _) = rows_by_table(&self.snapshot.finish().await?);
-        report.location = location.display("");
+        report.location = location.to_string();
         Ok(())
     }
 }
@@ -291,7 +291,7 @@ pub async fn generate_nights(plan: &NightsPlan) -> Result<NightsReport> {
     let mut judges: Vec<NightJudge<'_>> =
         contexts.iter().map(|c| NightJudge::new(&rules, night(c))).collect();
     let mut report = NightsReport {
-        root: plan.workload.out.display(""),
+        root: plan.workload.out.to_string(),
         nights: cuts.iter().map(|&cut| NightReport { cut, ..Default::default() }).collect(),
         ..Default::default()
     };

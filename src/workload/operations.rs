@@ -29,7 +29,7 @@ pub struct OperationRates {
     pub failed: f64,
     /// The customer cancels or is refunded meanwhile.
     pub voided: f64,
-    /// A duplicate or orphan grant is reversed (its receipts turn REVERSED).
+    /// A duplicate, orphan or unreversed grant is reversed (its receipts turn REVERSED).
     pub reversed: f64,
     /// An orphan's order gets paid after all.
     pub paid_late: f64,
@@ -76,7 +76,11 @@ impl Facts {
     pub fn reset(&mut self, order: &OrderRows) {
         self.order.clone_from(order);
         self.loaded = order.receipts.iter().map(|r| r.created_at).collect();
-        self.reversed = vec![None; order.receipts.len()];
+        // The void handler's reversals read REVERSED from their own instant on.
+        self.reversed = order.receipts.iter().map(|r| r.reversed_at).collect();
+        for r in self.order.receipts.iter_mut().filter(|r| r.reversed_at.is_some()) {
+            r.status = ReceiptStatus::Succeeded;
+        }
         self.operation_messages = 0;
     }
 
@@ -89,6 +93,7 @@ impl Facts {
         }
         self.order.receipts.iter_mut().for_each(|r| r.created_at += delta);
         self.loaded.iter_mut().for_each(|t| *t += delta);
+        self.reversed.iter_mut().flatten().for_each(|t| *t += delta);
     }
 
     /// What a dump at `cut` exporting rows newer than `coverage_from` holds of the order.
@@ -122,6 +127,7 @@ impl Facts {
             produced: None,
             status,
             created_at: at,
+            reversed_at: None,
         });
         self.loaded.push(loaded);
         self.reversed.push(None);
@@ -147,6 +153,23 @@ impl Facts {
             decided_at,
         });
         offsets[partition as usize] += 1;
+        if status.voids_effects() {
+            self.undo_on_void(decided_at);
+        }
+    }
+
+    /// The void handler deciding at `at` undoes the points and stock locks granted before
+    /// it, as in the world (`World::undo_on_void`).
+    fn undo_on_void(&mut self, at: Micros) {
+        for (i, r) in self.order.receipts.iter().enumerate() {
+            if r.provider.undone_on_void()
+                && r.status == ReceiptStatus::Succeeded
+                && r.created_at < at
+                && self.reversed[i].is_none()
+            {
+                self.reversed[i] = Some(at);
+            }
+        }
     }
 
     /// Whether the order is cancelled or refunded after `cut` already.
@@ -329,6 +352,11 @@ impl<'a> Operations<'a> {
             Class::DuplicateEffect => {
                 if u < r.reversed {
                     facts.reverse(provider, cut, true, at);
+                }
+            }
+            Class::UnreversedEffect => {
+                if u < r.reversed {
+                    facts.reverse(provider, cut, false, at);
                 }
             }
             _ => {

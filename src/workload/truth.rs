@@ -89,6 +89,8 @@ pub(crate) struct EffectState {
     pub(crate) due_at: Option<Micros>,
     /// Some change to a void status.
     pub(crate) voided: bool,
+    /// The earliest change to a void status.
+    pub(crate) void_at: Option<Micros>,
     /// SUCCEEDED receipts.
     pub(crate) ok: u32,
     /// First SUCCEEDED receipt by `(created_at, receipt_id)`: its time and sequence number.
@@ -101,6 +103,18 @@ impl EffectState {
     /// Due, not voided, never granted.
     pub(crate) fn owed(&self) -> bool {
         self.due_at.is_some() && !self.voided && self.ok == 0
+    }
+
+    /// Done, due and voided on a rule that reverses on void: the effect must be undone
+    /// (DESIGN §10.1).
+    pub(crate) fn unreversed(&self, rule: &Rule) -> bool {
+        rule.reverse_on_void && self.due_at.is_some() && self.voided && self.ok >= 1
+    }
+
+    /// When an unreversed effect became owed back: the later of the void and the first
+    /// receipt at `first`.
+    pub(crate) fn reverse_from(&self, first: Micros) -> Micros {
+        self.void_at.map_or(first, |void_at| void_at.max(first))
     }
 }
 
@@ -196,6 +210,7 @@ pub(crate) fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> Effec
         }
         if rule.void_statuses.iter().any(|v| v == status) {
             state.voided = true;
+            state.void_at = Some(state.void_at.map_or(change.at, |v| v.min(change.at)));
         }
     }
     for r in order.receipts.iter().filter(|r| {
@@ -252,6 +267,16 @@ fn finding(
                 Some((Class::OrphanEffect, Verdict::Break))
             } else if first <= cut && cut < break_on {
                 Some((Class::OrphanEffect, Verdict::Pending))
+            } else {
+                None
+            }
+        }
+        (Some(_), Some((first, _))) if state.unreversed(rule) => {
+            let break_on = state.reverse_from(first) + rule.grace_micros;
+            if in_window(break_on) {
+                Some((Class::UnreversedEffect, Verdict::Break))
+            } else if cut < break_on {
+                Some((Class::UnreversedEffect, Verdict::Pending))
             } else {
                 None
             }
@@ -419,6 +444,7 @@ mod tests {
                 produced: None,
                 status,
                 created_at,
+                reversed_at: None,
             })
             .collect();
         o
@@ -481,9 +507,9 @@ mod tests {
     }
 
     #[test]
-    fn duplicates_need_the_second_receipt_in_the_window_and_ignore_voids() {
+    fn duplicates_need_the_second_receipt_in_the_window() {
         let t = SINCE - 60 * MIN;
-        let history = [(Status::Paid, t), (Status::Refunded, t + MIN)];
+        let history = [(Status::Paid, t)];
         let inside = order(
             &history,
             &[],
@@ -505,6 +531,54 @@ mod tests {
             &[(Provider::Points, Succeeded, t), (Provider::Points, Reversed, SINCE + 1)],
         );
         assert!(judge(&reversed).is_empty());
+    }
+
+    /// DESIGN §10.1 on the default rules (points reverse on void): break_on is the later
+    /// of the void and the first grant, plus the grace; a voided double grant is
+    /// unreversed, not a duplicate; a reversed grant is nothing.
+    #[test]
+    fn unreversed_effects_break_at_the_later_of_void_and_grant() {
+        let unreversed =
+            |verdict| vec![(Some("points_grant".into()), Some(Class::UnreversedEffect), verdict)];
+        let t = SINCE + 60 * MIN;
+        let void_after = order(
+            &[(Status::Paid, t), (Status::Refunded, t + 10 * MIN)],
+            &[],
+            &[(Provider::Points, Succeeded, t)],
+        );
+        assert_eq!(judge(&void_after), unreversed("BREAK"));
+        // Refunded an hour before the window: its grace ended before it, judged then.
+        let judged_before = order(
+            &[(Status::Paid, SINCE - 90 * MIN), (Status::Refunded, SINCE - 60 * MIN)],
+            &[],
+            &[(Provider::Points, Succeeded, SINCE - 89 * MIN)],
+        );
+        assert!(judge(&judged_before).is_empty());
+        // ... but a grant after that void, inside the window, breaks now.
+        let grant_after = order(
+            &[(Status::Paid, SINCE - 90 * MIN), (Status::Cancelled, SINCE - 60 * MIN)],
+            &[],
+            &[(Provider::Points, Succeeded, SINCE + MIN)],
+        );
+        assert_eq!(judge(&grant_after), unreversed("BREAK"));
+        let young = order(
+            &[(Status::Paid, t), (Status::Cancelled, CUT - MIN)],
+            &[],
+            &[(Provider::Points, Succeeded, t)],
+        );
+        assert_eq!(judge(&young), unreversed("PENDING"));
+        let twice = order(
+            &[(Status::Paid, t), (Status::Refunded, t + 10 * MIN)],
+            &[],
+            &[(Provider::Points, Succeeded, t), (Provider::Points, Succeeded, t + MIN)],
+        );
+        assert_eq!(judge(&twice), unreversed("BREAK"));
+        let undone = order(
+            &[(Status::Paid, t), (Status::Refunded, t + 10 * MIN)],
+            &[],
+            &[(Provider::Points, Reversed, t)],
+        );
+        assert!(judge(&undone).is_empty());
     }
 
     #[test]

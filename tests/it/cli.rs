@@ -79,7 +79,7 @@ fn sql_queries_snapshot_and_run_outputs_in_every_format() {
     let table = effect_recon(&["sql", "--snapshot", snapshot, "--run", run, "-c", query]);
     let (stdout, stderr) = text(&table);
     assert_eq!(table.status.code(), Some(0), "{stderr}");
-    assert!(stdout.contains("| SKIPPED_BUT_DUE  | 4 |"), "{stdout}");
+    assert!(stdout.contains("| SKIPPED_BUT_DUE   | 4 |"), "{stdout}");
 
     let csv = effect_recon(&[
         "sql",

@@ -31,6 +31,9 @@
 //! * `notify`       — `--metrics-file` (a Prometheus textfile equal to `summary.json`, written
 //!   atomically; read back by the Prometheus Python client when `EFFECT_RECON_TEST_PYTHON` is
 //!   set) and `--alert-webhook` (one POST to a local server; a failing one changes nothing).
+//! * `order_now`    — one order judged live through the job config (`explain --config`,
+//!   `reopen --order`, `reopen --msg-id`): disagreements with the last run said, guards,
+//!   audit and undo kept, unknown orders refused (same databases as `export`).
 //! * `publish`      — `publish`, `reopen` (dry run, apply, undo, audit, races, a killed
 //!   connection), `explain`, and gen → load → export → run → reopen → consumer → next night,
 //!   against SQLite (always) and MariaDB/PostgreSQL (same variables).
@@ -47,6 +50,8 @@
 //!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
 //! * `slt`          — sqllogictest files of `tests/slt/` against the exact text of `sql/`.
 //! * `snapshots`    — reviewed insta snapshots of what the binary prints (filtered).
+//! * `zh_docs`      — the Chinese pages of docs/zh/ carry the English pages' figures,
+//!   numeral for numeral (the answer page; the README's first screen).
 
 mod advise;
 mod bad_input;
@@ -66,6 +71,7 @@ mod links;
 mod messages;
 mod nights;
 mod notify;
+mod order_now;
 mod publish;
 mod reliability;
 mod report;
@@ -74,3 +80,4 @@ mod scaling;
 mod simulate;
 mod slt;
 mod snapshots;
+mod zh_docs;

@@ -175,7 +175,7 @@ fn sql_with_only_run_reads_the_snapshot_the_run_judged() {
         "SELECT (SELECT count(*) FROM ledger) AS ledger, (SELECT count(*) FROM compensation_tasks) AS tasks",
     ]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    assert_eq!(stdout(&output), "ledger,tasks\n25,14\n");
+    assert_eq!(stdout(&output), "ledger,tasks\n25,17\n");
 }
 
 #[test]

@@ -242,7 +242,7 @@ fn the_webhook_gets_one_post_with_the_counts() {
         assert_eq!(alert[field], s[field], "{field}");
     }
     let text = alert["text"].as_str().unwrap();
-    assert!(text.contains("14 BREAK") && text.contains("points_grant/SKIPPED_BUT_DUE 3"), "{text}");
+    assert!(text.contains("17 BREAK") && text.contains("points_grant/SKIPPED_BUT_DUE 3"), "{text}");
     let worst = alert["worst_classes"].as_array().unwrap();
     assert_eq!(worst.len(), 5);
     assert_eq!(worst[0]["class"], "SKIPPED_BUT_DUE");
@@ -311,7 +311,7 @@ async fn an_incomplete_run_alerts_and_its_metrics_keep_the_last_complete_run() {
     let output = effect_recon(&[
         "run",
         "--snapshot",
-        &snapshot.display(""),
+        &snapshot.to_string(),
         "--out",
         out.path().to_str().unwrap(),
         "--metrics-file",

@@ -3,7 +3,7 @@
 //! `EFFECT_RECON_TEST_MYSQL_URL` / `EFFECT_RECON_TEST_PG_URL` are set (unset: the test
 //! prints `SKIPPED ... NOT run` and returns).
 //!
-//! The first run is `run` on the tiny fixture (14 tasks, no `attempt`, no `resolved`: an
+//! The first run is `run` on the tiny fixture (17 tasks, no `attempt`, no `resolved`: an
 //! older-format run). The "later run" is written here in the §9 shape: the tasks with
 //! `attempt = 2`, two of them resolved, one new.
 
@@ -153,7 +153,7 @@ fn later_run(out: &Path, first: &Path) -> Location {
 // ---------------------------------------------------------------- databases
 
 /// Runs one statement on the database at `url` (the test's "executor" or "consumer").
-async fn exec(url: &str, sql: &str) {
+pub(crate) async fn exec(url: &str, sql: &str) {
     match url.split(':').next().unwrap() {
         "mysql" => {
             let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
@@ -171,7 +171,7 @@ async fn exec(url: &str, sql: &str) {
 }
 
 /// Text rows of a query (every column cast to text by the query itself).
-async fn query(url: &str, sql: &str) -> Vec<(String, String)> {
+pub(crate) async fn query(url: &str, sql: &str) -> Vec<(String, String)> {
     match url.split(':').next().unwrap() {
         "mysql" => {
             let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
@@ -188,7 +188,7 @@ async fn query(url: &str, sql: &str) -> Vec<(String, String)> {
     }
 }
 
-fn sqlite_url(dir: &Path, name: &str) -> String {
+pub(crate) fn sqlite_url(dir: &Path, name: &str) -> String {
     format!("sqlite://{}?mode=rwc", dir.join(name).display())
 }
 
@@ -234,7 +234,7 @@ async fn publish_story(url: &str) {
     let first_dir = tmp.path().join("run=20261129T160000Z");
 
     let once = publish_run(url, &first).await;
-    assert_eq!((once.tasks, once.inserted, once.updated), (14, 14, 0), "{once:?}");
+    assert_eq!((once.tasks, once.inserted, once.updated), (17, 17, 0), "{once:?}");
     // A run without a previous run has no resolved table, or (§9) an empty one.
     let twice = publish_run(url, &first).await;
     assert_eq!(twice.counts(), "0 inserted, 0 updated");
@@ -268,8 +268,8 @@ async fn publish_story(url: &str) {
 
     let later = later_run(tmp.path(), &first_dir);
     let report = publish_run(url, &later).await;
-    // 12 listed again + the 2 resolved are updated; 1 new task inserted.
-    assert_eq!((report.inserted, report.updated, report.resolved), (1, 14, 2), "{report:?}");
+    // 15 listed again + the 2 resolved are updated; 1 new task inserted.
+    assert_eq!((report.inserted, report.updated, report.resolved), (1, 17, 2), "{report:?}");
     let missing: Vec<&str> = report.done_but_missing.iter().map(|t| t.task_id.as_str()).collect();
     assert_eq!(missing, [DONE_8821], "DONE but still listed: the case to look at first");
     let after = states_portable(url).await;
@@ -326,6 +326,7 @@ fn reopen_plan(url: &str, mode: ReopenMode, apply: bool) -> ReopenPlan {
         by: "it-test".into(),
         republish: None,
         allow_incomplete: false,
+        only: None,
     }
 }
 
@@ -521,7 +522,7 @@ async fn mysql_wrong_password_is_never_printed() {
 // ---------------------------------------------------------------- the binary
 
 /// The exit code, stdout and stderr of the binary run with `args`.
-fn outcome(args: &[&str]) -> (Option<i32>, String, String) {
+pub(crate) fn outcome(args: &[&str]) -> (Option<i32>, String, String) {
     let output = common::effect_recon(args);
     let (stdout, stderr) = common::text(&output);
     (output.status.code(), stdout, stderr)
@@ -537,7 +538,7 @@ async fn the_binary_publishes_reopens_and_explains() {
     let publish = ["publish", "--run", run_arg, "--to", &url, "--create"];
     let (code, out, err) = outcome(&publish);
     assert_eq!(code, Some(0), "{out}{err}");
-    assert!(out.contains("14 inserted, 0 updated"), "{out}");
+    assert!(out.contains("17 inserted, 0 updated"), "{out}");
     let (code, out, _) = outcome(&publish);
     assert_eq!(code, Some(0));
     assert!(out.contains("0 inserted, 0 updated"), "{out}");
@@ -547,7 +548,7 @@ async fn the_binary_publishes_reopens_and_explains() {
     )
     .await;
     let later = later_run(tmp.path(), &run_dir);
-    let later_arg = later.display("");
+    let later_arg = later.to_string();
     let (code, out, err) =
         outcome(&["publish", "--run", &later_arg, "--to", &url, "--fail-on-breaks"]);
     assert_eq!(code, Some(1), "done but still missing + --fail-on-breaks: {out}{err}");
@@ -745,7 +746,7 @@ async fn reopen_takes_the_ledger_table_and_columns_from_the_job_config() {
     );
     let config = tmp.path().join("job.toml");
     std::fs::write(&config, job).unwrap();
-    let run_arg = run.display("");
+    let run_arg = run.to_string();
     let (code, out, err) = outcome(&[
         "reopen",
         "--run",
@@ -826,13 +827,8 @@ async fn postgres_a_row_changed_between_plan_and_apply_is_left_alone() {
 /// gen → load into the database → export → run → reopen --apply → a stand-in consumer
 /// that honours REVOKED processes the republished messages (grants with a receipt, marks
 /// the row DONE) → the next night, over both days, no longer finds those findings.
-async fn end_to_end(url: &str) {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = |p: &str| tmp.path().join(p).to_str().unwrap().to_string();
-    let (code, _, err) = outcome(&["gen", "--orders", "3000", "--seed", "3", "--out", &path("g")]);
-    assert_eq!(code, Some(0), "{err}");
-    let g = Location::parse(&path("g")).unwrap();
-    load::load_snapshot(&g, url, &LoadOptions::default()).await.unwrap();
+/// The demo's job config (fixtures/demo/job.toml) reading the database at `url`.
+pub(crate) fn demo_job(url: &str) -> String {
     let mut job = std::fs::read_to_string(common::repo("fixtures/demo/job.toml")).unwrap();
     if url.starts_with("postgres") {
         // Postgres numbers its parameters: each query's two `?` become `$1`, `$2`.
@@ -849,8 +845,17 @@ async fn end_to_end(url: &str) {
             })
             .collect();
     }
-    let job = job.replace("sqlite:fulfilment.db", url);
-    std::fs::write(path("job.toml"), job).unwrap();
+    job.replace("sqlite:fulfilment.db", url)
+}
+
+async fn end_to_end(url: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = |p: &str| tmp.path().join(p).to_str().unwrap().to_string();
+    let (code, _, err) = outcome(&["gen", "--orders", "3000", "--seed", "3", "--out", &path("g")]);
+    assert_eq!(code, Some(0), "{err}");
+    let g = Location::parse(&path("g")).unwrap();
+    load::load_snapshot(&g, url, &LoadOptions::default()).await.unwrap();
+    std::fs::write(path("job.toml"), demo_job(url)).unwrap();
     let night = |cut: &str, since: &str, name: &str| {
         let (code, _, err) = outcome(&[
             "export",
@@ -884,7 +889,7 @@ async fn end_to_end(url: &str) {
     let (code, out, err) = outcome(&[
         "reopen",
         "--run",
-        &first.display(""),
+        &first.to_string(),
         "--ledger",
         url,
         "--apply",

@@ -366,7 +366,7 @@ async fn the_report_of_an_incomplete_night_says_so_with_exit_code_3() {
     }
     let (_snap, next) = temp_location();
     snapshot_from_csv(csv.path(), &next, "2026-11-30T16:00:00Z").await;
-    let second = effect_recon(&["run", "--snapshot", &next.display(""), "--out", root]);
+    let second = effect_recon(&["run", "--snapshot", &next.to_string(), "--out", root]);
     assert_eq!(second.status.code(), Some(3), "{}", text(&second));
 
     let report = effect_recon(&["report", "--out", root]);

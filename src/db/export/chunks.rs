@@ -328,20 +328,18 @@ async fn plan(
     };
     let columns = match_columns(source.table, &described, keyed)?;
     let everything = (chunking == Chunking::Pushed).then_some((i64::MIN, i64::MAX));
-    let count =
-        conn.count(&wrapped.count_whole, binds, everything).await.map_err(ExportError::Plan)?;
-    let (data_sql, keys, count) = if count == 0 {
-        (wrapped.whole, Vec::new(), count)
-    } else if count as u64 <= settings.chunk_rows {
-        (wrapped.whole, vec![Keys::Whole(everything)], count)
-    } else {
-        let (count, keyed, min, max) =
-            conn.keys(&wrapped.keys, binds, everything).await.map_err(ExportError::Plan)?;
-        if count != keyed {
-            return Err(ExportError::NullKeys(count - keyed));
+    let (data_sql, keys, count) = match settings.only_orders {
+        // A few orders (the one-order path): one range read through the order_id index,
+        // never a count of the whole source.
+        Some((lo, hi)) => {
+            let count = conn
+                .count(&wrapped.count, binds, Some((lo, hi)))
+                .await
+                .map_err(ExportError::Plan)?;
+            let keys = if count == 0 { Vec::new() } else { vec![Keys::Range(lo, hi)] };
+            (wrapped.data.clone(), keys, count)
         }
-        let ranges = split(min, max, count, settings.chunk_rows);
-        (wrapped.data, ranges.into_iter().map(|(lo, hi)| Keys::Range(lo, hi)).collect(), count)
+        None => whole_or_chunked(conn, &wrapped, binds, everything, settings).await?,
     };
     let chunk_job = Arc::new(ChunkJob {
         data_sql,
@@ -355,6 +353,37 @@ async fn plan(
         chunks: keys.len(),
     });
     Ok((chunk_job, keys, count))
+}
+
+/// Every row of a source: the query as written when it is small, else `order_id` range
+/// chunks of at most `chunk_rows` rows.
+async fn whole_or_chunked(
+    conn: &mut Conn,
+    wrapped: &dialect::Wrapped,
+    binds: Binds,
+    everything: Option<(i64, i64)>,
+    settings: &ExportSettings,
+) -> Result<(String, Vec<Keys>, i64), ExportError> {
+    let count =
+        conn.count(&wrapped.count_whole, binds, everything).await.map_err(ExportError::Plan)?;
+    let plan = if count == 0 {
+        (wrapped.whole.clone(), Vec::new(), count)
+    } else if count as u64 <= settings.chunk_rows {
+        (wrapped.whole.clone(), vec![Keys::Whole(everything)], count)
+    } else {
+        let (count, keyed, min, max) =
+            conn.keys(&wrapped.keys, binds, everything).await.map_err(ExportError::Plan)?;
+        if count != keyed {
+            return Err(ExportError::NullKeys(count - keyed));
+        }
+        let ranges = split(min, max, count, settings.chunk_rows);
+        (
+            wrapped.data.clone(),
+            ranges.into_iter().map(|(lo, hi)| Keys::Range(lo, hi)).collect(),
+            count,
+        )
+    };
+    Ok(plan)
 }
 
 /// Reads one chunk; its outcome goes to the writer, an error included. `true` when it failed.

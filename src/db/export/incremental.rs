@@ -207,7 +207,7 @@ async fn latest_before(
     cut: Micros,
 ) -> Result<Option<std::result::Result<Previous, Error>>> {
     let own = format!("snapshot={}", format_compact(cut));
-    let out_name = out.display("").rsplit('/').next().unwrap_or("").to_string();
+    let out_name = out.to_string().rsplit('/').next().unwrap_or("").to_string();
     let mut folders: Vec<String> = root
         .list_folders()
         .await?
@@ -397,7 +397,7 @@ pub(super) async fn finish(
         let listed_rows: u64 = own.iter().map(|(_, e, _)| e.rows).sum();
         if listed_rows != read.rows_read {
             return Err(Error::Snapshot {
-                location: location.display(""),
+                location: location.to_string(),
                 message: format!(
                     "continuity check failed for {label}: the database returned {} rows, tonight's files hold {listed_rows}",
                     read.rows_read
@@ -657,7 +657,7 @@ impl Continuity<'_> {
         if let Some(&recorded) = previous.chain.live_rows.get(label) {
             if was_live != recorded {
                 return Err(Error::Snapshot {
-                    location: location.display(""),
+                    location: location.to_string(),
                     message: format!(
                         "continuity check failed for {label}: {} recorded {recorded} live rows, its files now hold {was_live}",
                         previous.folder

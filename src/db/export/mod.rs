@@ -201,7 +201,7 @@ pub async fn export_with(
     let sources: Vec<SourceReport> = reports.into_values().collect();
     let rows = sources.iter().map(|s| s.rows).sum();
     Ok(ExportReport {
-        location: plan.out.display(""),
+        location: plan.out.to_string(),
         manifest,
         sources,
         rows,

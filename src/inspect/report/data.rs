@@ -79,7 +79,7 @@ pub async fn choose_run(
                     "--run",
                     format!(
                         "no complete run '{id}' under {} (a folder without manifest.json is a run that did not finish)",
-                        out.display("")
+                        out.to_string()
                     ),
                 )
             })?
@@ -89,7 +89,7 @@ pub async fn choose_run(
                 "--out",
                 format!(
                     "{}: no complete run (run=<id>/ with a manifest.json) to report on",
-                    out.display("")
+                    out.to_string()
                 ),
             )
         })?,

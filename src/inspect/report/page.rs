@@ -120,7 +120,7 @@ pub(crate) fn render(data: &ReportData, me: &str) -> Result<String> {
         ("late horizon", Cell::of("late_horizon", &s.late_horizon)),
         ("rules changed since the previous run", Cell::of("rules_changed", s.rules_changed)),
         ("snapshot", Cell::absent(&data.manifest.snapshot)),
-        ("run folder", Cell::absent(data.folder.display(""))),
+        ("run folder", Cell::absent(data.folder.to_string())),
         ("summary format", Cell::of("format", &s.format)),
     ];
     details.push(("effect-recon version", Cell::absent(&data.manifest.version)));
@@ -491,7 +491,7 @@ fn top_tasks(data: &ReportData, me: &str) -> Vec<TaskLine> {
         let at = first_break(&t.task_id);
         (t.priority, at.is_none(), at, t.task_id.clone())
     });
-    let folder = shell_word(&data.folder.display(""));
+    let folder = shell_word(&data.folder.to_string());
     let snapshot = shell_word(&data.manifest.snapshot);
     tasks
         .into_iter()

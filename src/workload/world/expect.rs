@@ -4,7 +4,7 @@
 use super::model::{Expect, ExpectTarget, MsgId, OrderRows, Provider, Status};
 use super::simulate::{Loss, Mechanism};
 use super::World;
-use crate::vocabulary::{Class, LedgerAction, SkipVerdict, Verdict};
+use crate::vocabulary::{Class, LedgerAction, ReceiptStatus, SkipVerdict, Verdict};
 
 impl World {
     /// The skip verdict of the order's first SKIPPED row, judged at the cut.
@@ -38,12 +38,39 @@ impl World {
                 self.expect_findings(out, status, status.providers(), &[Class::SkippedButDue]);
                 expect_skip_verdict(out, status, &[]);
             }
+            Mechanism::Unreversed { provider, .. } => self.expect_unreversed(provider, out),
             Mechanism::Unconsumed => self.expect_findings(
                 out,
                 Status::Paid,
                 Status::Paid.providers(),
                 &[Class::NoLedgerEntry],
             ),
+        }
+    }
+
+    /// A grant still in force on a voided order: UNREVERSED_EFFECT once the grace after
+    /// the later of the void and the first grant left standing has passed (DESIGN §10.1).
+    fn expect_unreversed(&self, provider: Provider, out: &mut OrderRows) {
+        let void_at = out.history.iter().find(|c| c.status.voids_effects()).map(|c| c.at);
+        let standing = out
+            .receipts
+            .iter()
+            .filter(|r| {
+                r.provider == provider
+                    && r.status == ReceiptStatus::Succeeded
+                    && r.reversed_at.is_none()
+            })
+            .map(|r| r.created_at)
+            .min();
+        if let (Some(void_at), Some(first)) = (void_at, standing) {
+            out.expects.push(Expect {
+                target: ExpectTarget::Finding {
+                    provider,
+                    classes: &[Class::UnreversedEffect],
+                    verdict: Some(Verdict::Break),
+                },
+                judged_at: void_at.max(first) + self.grace(provider),
+            });
         }
     }
 

@@ -35,6 +35,7 @@ impl World {
             produced: None,
             status: ReceiptStatus::Succeeded,
             created_at: granted,
+            reversed_at: None,
         });
         let judged_at = granted + self.grace(Provider::Points);
         out.expects.push(Expect {

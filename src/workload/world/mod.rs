@@ -14,6 +14,7 @@
 use super::rng::{mix, SplitMix64};
 use super::FaultRates;
 use crate::time::{Micros, DAY_MICROS, HOUR_MICROS, MILLI_MICROS, SECOND_MICROS};
+use crate::vocabulary::ReceiptStatus;
 
 /// The topic every message is on.
 pub const TOPIC: &str = "order-event";
@@ -302,6 +303,13 @@ impl World {
         out.history.retain(|c| c.at <= horizon);
         out.ledger.retain(|e| e.produced <= horizon);
         out.receipts.retain(|r| r.produced.unwrap_or(r.created_at) <= horizon);
+        // A reversal updates its receipt in place: the dump reads it as the run's cut sees
+        // it (a reversal after the cut belongs to a void the run does not see either).
+        for r in &mut out.receipts {
+            if r.reversed_at.is_some_and(|t| t <= self.cut) {
+                r.status = ReceiptStatus::Reversed;
+            }
+        }
         for entry in &mut out.ledger {
             let next = &mut offsets[entry.partition as usize];
             entry.offset = *next;

@@ -53,6 +53,12 @@ impl Status {
         }
     }
 
+    /// Whether its handler undoes the points and the stock lock (the void statuses of
+    /// both rules of fixtures/rules.toml, which reverse on void).
+    pub fn voids_effects(self) -> bool {
+        matches!(self, Status::Cancelled | Status::Refunded)
+    }
+
     /// The providers the handler of this event calls when it decides DONE.
     pub fn providers(self) -> &'static [Provider] {
         match self {
@@ -77,6 +83,12 @@ pub enum Provider {
 impl Provider {
     /// Every provider, in receipts-folder order.
     pub const ALL: [Provider; 3] = [Provider::Points, Provider::Wms, Provider::Logistics];
+
+    /// Whether a void undoes its grants (the rules of points and WMS reverse on void;
+    /// a waybill is not taken back).
+    pub fn undone_on_void(self) -> bool {
+        matches!(self, Provider::Points | Provider::Wms)
+    }
 
     /// `receipts.effect` of its receipts (the rules' effect).
     pub fn effect(self) -> &'static str {
@@ -172,6 +184,9 @@ pub struct ReceiptEntry {
     pub status: ReceiptStatus,
     /// When the provider recorded it.
     pub created_at: Micros,
+    /// When the order's void handler reversed it (DESIGN §10.1); a dump taken at a cut
+    /// reads it REVERSED only from then on (`status` is what it was before).
+    pub reversed_at: Option<Micros>,
 }
 
 /// What one planted fault must make a correct run report.
@@ -271,6 +286,8 @@ faults! {
         "Ledger row revoked and never re-driven.";
     Edge => "edge", 0.001,
         "An instant placed exactly on a window boundary.";
+    Unreversed => "unreversed", 0.002,
+        "Paid, granted, then voided, and the grant never undone: the void handler lost one reversal, missed a second grant, or the grant came after the void.";
 }
 
 impl Fault {
@@ -339,6 +356,7 @@ impl OrderRows {
         for r in &mut self.receipts {
             r.created_at += delta;
             r.produced = r.produced.map(|p| p + delta);
+            r.reversed_at = r.reversed_at.map(|t| t + delta);
         }
         self.expects.iter_mut().for_each(|e| e.judged_at += delta);
     }

@@ -345,6 +345,7 @@ impl World {
                 produced: Some(t),
                 status: ReceiptStatus::Succeeded,
                 created_at: call,
+                reversed_at: None,
             });
         }
         let decided = call + rng.between(MILLI_MICROS, 20 * MILLI_MICROS);

@@ -50,6 +50,23 @@ pub(super) enum Mechanism {
     },
     /// ORDER_PAID handled only after the cut.
     Unconsumed,
+    /// Paid, granted, then voided, and `provider`'s grant never undone (DESIGN §10.1).
+    Unreversed {
+        provider: Provider,
+        how: Unreversal,
+    },
+}
+
+/// How a done effect outlived the void of its order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Unreversal {
+    /// The void handler lost the provider's reversal call.
+    Lost,
+    /// The provider granted twice before the void, and the void handler lost the
+    /// reversal: a voided double grant, both grants to undo (not a duplicate).
+    Twice,
+    /// An operator granted by hand after the void, without looking at the status.
+    AfterVoid,
 }
 
 impl World {
@@ -71,6 +88,12 @@ impl World {
             Fault::Stalled => Mechanism::Stalled { status },
             Fault::Revoked => Mechanism::Revoked { status },
             Fault::Unconsumed => Mechanism::Unconsumed,
+            Fault::Unreversed => {
+                let provider = [Provider::Points, Provider::Wms][rng.index(2)];
+                let how =
+                    [Unreversal::Lost, Unreversal::Twice, Unreversal::AfterVoid][rng.index(3)];
+                Mechanism::Unreversed { provider, how }
+            }
             Fault::Orphan | Fault::Edge | Fault::Incident => Mechanism::Normal,
         }
     }
@@ -91,6 +114,7 @@ impl World {
         if let Mechanism::Zombie { compensate: true } = mechanism {
             self.compensate_by_hand(rng, out);
         }
+        self.undo_on_void(rng, mechanism, out);
     }
 
     /// CREATED → PAID → SHIPPED → DELIVERED → COMPLETED, with cancellations and refunds.
@@ -117,6 +141,11 @@ impl World {
         }
         if normal && rng.chance(0.03) {
             let status = if rng.chance(0.35) { Status::Refunded } else { Status::Cancelled };
+            push(out, status, paid + rng.between(5 * MINUTE_MICROS, 6 * HOUR_MICROS));
+            return;
+        }
+        if let Mechanism::Unreversed { .. } = mechanism {
+            let status = if rng.chance(0.5) { Status::Refunded } else { Status::Cancelled };
             push(out, status, paid + rng.between(5 * MINUTE_MICROS, 6 * HOUR_MICROS));
             return;
         }
@@ -336,7 +365,66 @@ impl World {
             produced: Some(entry.produced),
             status,
             created_at,
+            reversed_at: None,
         });
+    }
+
+    /// The handler of the order's first void message (ORDER_CANCELLED, ORDER_REFUNDED)
+    /// undoes the points and the stock lock granted before it: their receipts read
+    /// REVERSED from its decision on. An `Unreversed` mechanism makes it miss one grant.
+    /// Draws from `rng` only for that mechanism, so other orders keep their worlds.
+    fn undo_on_void(&self, rng: &mut SplitMix64, mechanism: Mechanism, out: &mut OrderRows) {
+        let Some(handled) = out
+            .ledger
+            .iter()
+            .find(|e| e.event.voids_effects() && e.action == LedgerAction::Done)
+            .map(|e| e.decided_at)
+        else {
+            return;
+        };
+        let missed = match mechanism {
+            Mechanism::Unreversed { provider, how } => Some((provider, how)),
+            _ => None,
+        };
+        if let Some((provider, Unreversal::Twice)) = missed {
+            let first = out.receipts.iter().find(|r| {
+                r.provider == provider
+                    && r.status == ReceiptStatus::Succeeded
+                    && r.created_at < handled
+            });
+            if let Some(&first) = first {
+                let seq = out.next_receipt_seq(provider);
+                let created_at =
+                    first.created_at + rng.between(10 * SECOND_MICROS, 45 * SECOND_MICROS);
+                out.receipts.push(ReceiptEntry { seq, created_at, ..first });
+            }
+        }
+        for r in &mut out.receipts {
+            let skipped = match missed {
+                Some((provider, Unreversal::Lost | Unreversal::Twice)) => r.provider == provider,
+                _ => false,
+            };
+            if r.provider.undone_on_void()
+                && r.status == ReceiptStatus::Succeeded
+                && r.created_at < handled
+                && r.reversed_at.is_none()
+                && !skipped
+            {
+                r.reversed_at = Some(handled);
+            }
+        }
+        if let Some((provider, Unreversal::AfterVoid)) = missed {
+            let seq = out.next_receipt_seq(provider);
+            out.receipts.push(ReceiptEntry {
+                provider,
+                seq,
+                msg_id: None,
+                produced: None,
+                status: ReceiptStatus::Succeeded,
+                created_at: handled + rng.between(10 * MINUTE_MICROS, 3 * HOUR_MICROS),
+                reversed_at: None,
+            });
+        }
     }
 
     /// An operator noticed the wrongly skipped ORDER_PAID and granted its effects by hand.
@@ -359,6 +447,7 @@ impl World {
                 produced: None,
                 status: ReceiptStatus::Succeeded,
                 created_at: t,
+                reversed_at: None,
             });
             t += rng.between(SECOND_MICROS, MINUTE_MICROS);
         }
