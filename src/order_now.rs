@@ -16,7 +16,7 @@ use crate::db::export::{self, ExportMode, ExportPlan};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::recon::lifecycle::PreviousChoice;
-use crate::recon::{self, RunPlan};
+use crate::recon::{self, RunPlan, SnapshotScope};
 use crate::run_folder::reader::{complete_runs, FindingRow, RunOutputs};
 use crate::snapshot::Table;
 use crate::storage::Location;
@@ -108,6 +108,7 @@ pub async fn judge(
     plan.since = Some(job.bounds(cut).0);
     plan.run_id = Some(format!("order-{order_id}-{}", format_compact(cut)));
     plan.previous = PreviousChoice::None;
+    plan.scope = SnapshotScope::OneOrder;
     let report = recon::run(&plan, events).await?;
     let run = RunOutputs::read(&Location::parse(&report.folder)?).await?;
     let last_run = match &job.root {

@@ -59,7 +59,7 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
             super::report::print_written(&night.nightly.report);
         }
         let me = super::self_command();
-        println!("history ({me} history --out {}):", report.layout.recon.to_string());
+        println!("history ({me} history --out {}):", report.layout.recon);
         print!("{}", history::render_table(&report.history));
     } else if let Some(night) = report.nights.last() {
         print_next_steps(&report.layout, night);

@@ -44,7 +44,7 @@ pub(super) async fn execute(args: ExportArgs) -> anyhow::Result<Outcome> {
         cut: args.cut.unwrap_or_else(default_cut),
     };
     if !args.quiet {
-        eprintln!("export: cut {} into {}", format_instant(plan.cut), plan.out.to_string());
+        eprintln!("export: cut {} into {}", format_instant(plan.cut), plan.out);
     }
     let detail = if args.quiet { Detail::Warnings } else { Detail::All };
     let mode = if args.full { ExportMode::Full } else { ExportMode::Auto };

@@ -34,7 +34,7 @@ pub(super) async fn execute(args: HistoryArgs) -> anyhow::Result<Outcome> {
     let out = Location::parse(&args.out)?;
     let lines = history::read(&out).await?;
     if lines.is_empty() && args.format == HistoryFormat::Table {
-        eprintln!("history: no complete run under {}", out.to_string());
+        eprintln!("history: no complete run under {}", out);
         return Ok(Outcome::Clean);
     }
     let text = match args.format {

@@ -104,7 +104,7 @@ pub(super) async fn execute(args: SimulateArgs) -> anyhow::Result<Outcome> {
         }
     }
     if let Some(out) = &out {
-        println!("wrote {}", out.to_string());
+        println!("wrote {}", out);
     }
     let inexact: Vec<&PolicyReport> =
         reports.iter().filter(|r| r.net.as_ref().is_some_and(|n| !n.exact)).collect();

@@ -67,6 +67,20 @@ pub struct RunPlan {
     pub max_age: Micros,
     /// Self-check: a table below `(1 - max_drop)` times the previous run's rows.
     pub max_drop: f64,
+    /// What the snapshot holds: a whole day, or one order's rows.
+    pub scope: SnapshotScope,
+}
+
+/// What a run's snapshot holds, which decides the self-checks that apply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotScope {
+    /// A whole day: every self-check of docs/SEMANTICS.md and the rule check apply.
+    #[default]
+    Day,
+    /// One order's rows ([`crate::order_now`]): an empty table, a drop against the
+    /// previous run or a rule value absent from the order's rows says nothing about the
+    /// export, so those checks are off.
+    OneOrder,
 }
 
 /// Default `--late-horizon`: two days.
@@ -95,6 +109,7 @@ impl RunPlan {
             late_horizon: DEFAULT_LATE_HORIZON,
             max_age: DEFAULT_MAX_AGE,
             max_drop: DEFAULT_MAX_DROP,
+            scope: SnapshotScope::Day,
         }
     }
 }
@@ -232,8 +247,8 @@ fn on_cluster(plan: &RunPlan, e: Error) -> Error {
             message: format!(
                 "{context}: {} (every executor must reach the snapshot {} and the output folder {})",
                 source.to_string().trim_end(),
-                plan.snapshot.to_string(),
-                plan.out.to_string()
+                plan.snapshot,
+                plan.out
             ),
             source: Some(source),
         },

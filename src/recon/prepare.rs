@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use datafusion::prelude::SessionContext;
 
 use super::lifecycle::{self, Chain, PreviousRun, SelfCheckLimits};
-use super::{check_run_id, rule_check, Bounds, Outputs, RunPlan};
+use super::{check_run_id, rule_check, Bounds, Outputs, RunPlan, SnapshotScope};
 use crate::error::Result;
 use crate::run_folder::summary::{self, Summary, SUMMARY_FORMAT};
 use crate::run_folder::{self, OutputTable, RunIdentity, RunManifest, RunPublisher};
@@ -101,6 +101,10 @@ impl Prepared {
         plan: &RunPlan,
         stats: &SnapshotStats,
     ) -> Result<InputVerdict> {
+        if plan.scope == SnapshotScope::OneOrder {
+            let reasons = self.snapshot.chain_problem().into_iter().collect();
+            return Ok(InputVerdict { reasons, warnings: Vec::new() });
+        }
         let limits = SelfCheckLimits { max_drop: plan.max_drop };
         let coverage_from = self.snapshot.coverage_from()?;
         let mut reasons = lifecycle::self_checks(

@@ -254,7 +254,7 @@ pub(crate) fn files_frame(
     paths: &[String],
     schema: SchemaRef,
 ) -> Result<DataFrame> {
-    let context = |e| Error::query(format!("reading {}", location.to_string()), e);
+    let context = |e| Error::query(format!("reading {}", location), e);
     let urls = paths
         .iter()
         .map(|p| ListingTableUrl::parse(location.url(p)))

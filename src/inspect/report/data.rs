@@ -79,7 +79,7 @@ pub async fn choose_run(
                     "--run",
                     format!(
                         "no complete run '{id}' under {} (a folder without manifest.json is a run that did not finish)",
-                        out.to_string()
+                        out
                     ),
                 )
             })?
@@ -87,10 +87,7 @@ pub async fn choose_run(
         None => runs.last().cloned().ok_or_else(|| {
             Error::argument(
                 "--out",
-                format!(
-                    "{}: no complete run (run=<id>/ with a manifest.json) to report on",
-                    out.to_string()
-                ),
+                format!("{}: no complete run (run=<id>/ with a manifest.json) to report on", out),
             )
         })?,
     };
