@@ -257,10 +257,13 @@ async fn run_events(ctx: &SessionContext, order_id: i64, events: &mut Vec<Event>
     });
     let tasks = rows(ctx, OutputTable::CompensationTasks.name(), order_id).await?;
     each(&tasks, |t, i| {
-        let what = match (t.text("command", i), t.text("reopen_msg_id", i)) {
-            (Some(c), Some(m)) => format!("{c}, reopen {m}"),
-            (Some(c), None) => c,
-            _ => t.list("reverse_receipt_ids", i).map(|r| r.join(",")).unwrap_or_default(),
+        // A reversal names its command (the rule's `reversal`, if any) and every receipt.
+        let reversing = t.list("reverse_receipt_ids", i).map(|r| r.join(","));
+        let what = match (t.text("command", i), t.text("reopen_msg_id", i), reversing) {
+            (Some(c), Some(m), _) => format!("{c}, reopen {m}"),
+            (Some(c), None, Some(receipts)) => format!("{c} {receipts}"),
+            (Some(c), None, None) => c,
+            (None, _, receipts) => receipts.unwrap_or_default(),
         };
         events.push(Event {
             at: None,

@@ -241,6 +241,43 @@ fn two_rules_for_one_effect() {
     );
 }
 
+#[test]
+fn reverse_on_void_without_a_reversal() {
+    let err = rules_error(&format!("{GOOD_RULE}reverse_on_void=true\n"));
+    assert!(
+        err.contains("bad-rules.toml")
+            && err.contains("rule 1")
+            && err.contains("(points_grant) reverse_on_void = true needs 'reversal'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_reversal_without_receipts_of_its_effect_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.toml");
+    let coupon = GOOD_RULE.replace("points_grant", "coupon_refund").replace("GRANT_POINTS", "X");
+    std::fs::write(&rules, format!("{GOOD_RULE}{coupon}reversal='REVOKE_COUPON'\n")).unwrap();
+    let snapshot = repo("fixtures/tiny/snapshot");
+    let output = crate::common::effect_recon(&[
+        "run",
+        "--snapshot",
+        snapshot.to_str().unwrap(),
+        "--out",
+        dir.path().join("out").to_str().unwrap(),
+        "--rules",
+        rules.to_str().unwrap(),
+    ]);
+    let (_, stderr) = crate::common::text(&output);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(
+            "rule coupon_refund: reversal \"REVOKE_COUPON\" can never be asked for: no receipts source delivers effect \"coupon_refund\""
+        ),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn since_not_before_cut() {
     let err = run_error_with(&repo("fixtures/tiny/snapshot"), |plan| {
