@@ -133,8 +133,9 @@ impl Facts {
         self.reversed.push(None);
     }
 
-    /// A status change and its message, handled at once (DONE: the status matched).
-    fn change(&mut self, world: &World, offsets: &mut [i64], status: Status, at: Micros) {
+    /// A status change and its message, handled at once (DONE: the status matched);
+    /// returns when the handler decided.
+    fn change(&mut self, world: &World, offsets: &mut [i64], status: Status, at: Micros) -> Micros {
         let partition = world.partition(self.order.order_id);
         let position = self.order.history.partition_point(|c| c.at <= at);
         self.order.history.insert(position, StatusChange { status, at });
@@ -155,6 +156,24 @@ impl Facts {
         offsets[partition as usize] += 1;
         if status.voids_effects() {
             self.undo_on_void(decided_at);
+        }
+        decided_at
+    }
+
+    /// Takes back the void handler's reversal at `at` of every grant of `provider` but the
+    /// first by `(created_at, receipt_id)`: a handler that knew of one grant only.
+    fn keep_standing_but_first(&mut self, provider: Provider, at: Micros) {
+        let mut undone: Vec<usize> = (0..self.order.receipts.len())
+            .filter(|&i| {
+                self.order.receipts[i].provider == provider && self.reversed[i] == Some(at)
+            })
+            .collect();
+        undone.sort_by_key(|&i| {
+            let r = &self.order.receipts[i];
+            (r.created_at, r.seq.to_string())
+        });
+        for &i in undone.iter().skip(1) {
+            self.reversed[i] = None;
         }
     }
 
@@ -352,6 +371,11 @@ impl<'a> Operations<'a> {
             Class::DuplicateEffect => {
                 if u < r.reversed {
                     facts.reverse(provider, cut, true, at);
+                } else if u < r.reversed + r.voided && !facts.voided_after(cut) {
+                    // Refunded meanwhile, and the refund handler undid only the grant it
+                    // knew of: the duplicate is RECLASSIFIED as unreversed (DESIGN §10.1).
+                    let handled = facts.change(self.world, offsets, Status::Refunded, at);
+                    facts.keep_standing_but_first(provider, handled);
                 }
             }
             Class::UnreversedEffect => {
