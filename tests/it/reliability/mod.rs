@@ -11,6 +11,9 @@
 //! * `storage_faults` — a seeded fault-injecting object store under run, sql and export.
 //! * `concurrent_writes` — export of MariaDB/PostgreSQL while a writer commits.
 //! * `mutations`      — mutated Parquet files with rewritten manifests: 0 panics.
+//! * `writeback_crash` — SIGKILL inside and between the transactions of `reopen --apply`
+//!   and `publish` (SQLite, MariaDB, PostgreSQL): whole batches only, one audit row per
+//!   change, reruns converge, `--undo` restores exactly.
 
 mod concurrency;
 mod concurrent_writes;
@@ -19,6 +22,7 @@ mod mutations;
 mod secrets;
 mod sql_sandbox;
 mod storage_faults;
+mod writeback_crash;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
