@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::prelude::{col, SessionContext};
+use datafusion::prelude::col;
 use futures::TryStreamExt;
 
 use crate::error::{Error, Result};
@@ -81,7 +81,8 @@ pub async fn compact(root: &Location) -> Result<CompactReport> {
     let lower = snapshot.coverage_from()?.unwrap_or(i64::MIN);
     let mut writer = crate::snapshot::SnapshotWriter::create(&out, cut, "compact").await?;
     writer.set_coverage_from(lower);
-    let ctx = SessionContext::new();
+    // The crate's one session builder: its memory pool and spilling, not DataFusion's defaults.
+    let ctx = crate::engine::session::build(&crate::engine::session::SessionOptions::default())?;
     ctx.register_object_store(out.store_url(), Arc::clone(out.store()));
     let mut chain = Chain {
         seq: 0,

@@ -136,7 +136,8 @@ pub(super) async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
         .await?;
         if now.rows_of(Table::Ledger) == 0 {
             bail!(
-                "--order: the ledger has no row of order {order_id} (read live at {}); nothing written",
+                "{}: the ledger has no row of order {order_id} in the lookback (read live at {}); nothing written",
+                if args.order.is_some() { "--order" } else { "--msg-id" },
                 format_instant(now.cut)
             );
         }

@@ -45,6 +45,10 @@ impl Prepared {
     /// `<out>/run=<id>/`; a complete run with the same id and the same inputs (snapshot,
     /// window, rules, previous run, version) is already done unless `--replace`.
     pub(super) async fn prepare(plan: &RunPlan) -> Result<Preparation> {
+        // A bad --run-id is the caller's mistake: said before any file is read.
+        if let Some(run_id) = &plan.run_id {
+            check_run_id(run_id)?;
+        }
         let snapshot = Snapshot::open(&plan.snapshot).await?;
         let cut = plan.cut.unwrap_or(snapshot.cut());
         let previous = PreviousRun::choose(&plan.previous, &plan.out, cut).await?;

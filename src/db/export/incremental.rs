@@ -344,7 +344,8 @@ pub(super) async fn finish(
 ) -> Result<String> {
     let Tonight { job, night, shadow, lower, cut } = tonight;
     let location = writer.location().clone();
-    let ctx = SessionContext::new();
+    // The crate's one session builder: its memory pool and spilling, not DataFusion's defaults.
+    let ctx = crate::engine::session::build(&crate::engine::session::SessionOptions::default())?;
     ctx.register_object_store(location.store_url(), Arc::clone(location.store()));
     let margin = job.incremental.margin;
 
