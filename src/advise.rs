@@ -22,7 +22,7 @@ use crate::snapshot::Snapshot;
 use crate::stats::LagQuantiles;
 use crate::storage::Location;
 use crate::time::{format_approx_hours, format_duration, Micros, MINUTE_MICROS, SECOND_MICROS};
-use crate::vocabulary::{LedgerAction, SkipVerdict};
+use crate::vocabulary::{LedgerAction, ReorderMechanism, SkipVerdict};
 
 /// A validated request.
 #[derive(Debug, Clone)]
@@ -84,7 +84,7 @@ pub struct GraceAdvice {
     pub effect: String,
     /// Its grace now.
     pub current: Micros,
-    /// From the due status change to the first SUCCEEDED receipt, over effects done.
+    /// From the due status change to the first done receipt (SUCCEEDED or REVERSED since), before any void.
     pub done_lag: LagQuantiles,
     /// The advised grace.
     pub advised: Micros,
@@ -107,6 +107,9 @@ pub struct Advice {
     pub after_rebalance: Reorders,
     /// Reorders elsewhere.
     pub steady: Reorders,
+    /// Reordered rows by the mechanism their fingerprint points to (and producer-reordered
+    /// rows, which are no reorder of the consumers').
+    pub mechanisms: BTreeMap<ReorderMechanism, u64>,
     /// The rebalance window used.
     pub rebalance_window: Micros,
     /// SKIPPED rows by kind.
@@ -130,6 +133,7 @@ pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
     let mut advice = Advice { cut, rebalance_window: plan.rebalance_window, ..Advice::default() };
     lags(&ctx, cut, &mut advice).await?;
     reorders(&ctx, cut, plan.rebalance_window, &mut advice).await?;
+    mechanisms(&ctx, cut, &mut advice).await?;
     if let Some(run) = &plan.run {
         crate::run_folder::reader::register(&ctx, run).await?;
         let batches = queries::collect(&ctx, queries::ADVISE_SKIP_VERDICTS, &[]).await?;
@@ -240,11 +244,61 @@ async fn reorders(
     Ok(())
 }
 
-/// From the due status change to the first SUCCEEDED receipt of `rule`'s effect, over the
-/// orders where it was done.
+/// Reordered rows counted by mechanism.
+async fn mechanisms(ctx: &SessionContext, cut: Micros, advice: &mut Advice) -> Result<()> {
+    for b in queries::collect(ctx, queries::ADVISE_REORDER_MECHANISMS, &[("cut", int(cut))]).await?
+    {
+        let kind = queries::string_column(&b, "kind")?;
+        let messages = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            // The SQL spells only the vocabulary's names; anything else is a bug here.
+            let mechanism: ReorderMechanism = kind
+                .value(i)
+                .parse()
+                .map_err(|e| crate::error::Error::Internal(format!("advise: {e}")))?;
+            advice.mechanisms.insert(mechanism, messages.value(i) as u64);
+        }
+    }
+    Ok(())
+}
+
+/// What a mechanism is, and the consumer setting that prevents it.
+fn prevention(mechanism: ReorderMechanism) -> (&'static str, &'static str) {
+    use ReorderMechanism::*;
+    match mechanism {
+        OldOwnerLate => (
+            "the partition's old owner wrote after the handoff (a zombie past max.poll.interval.ms, or offsets committed before a thread pool processed them)",
+            "enable.auto.commit=false and commitSync only after processing; in onPartitionsRevoked finish or abort the work in flight, then commit; size max.poll.interval.ms and max.poll.records to the slowest handler; fence the handler's writes by the consumer-group generation",
+        ),
+        BeforeHandoff => (
+            "a later offset was decided ahead of its turn, and the skipped one went to the new owner",
+            "process a partition's records in offset order (one thread per partition, or per-key ordering in a parallel consumer) and commit only processed offsets",
+        ),
+        SameConsumer => (
+            "one consumer decided two messages of one order out of offset order",
+            "serialize per key: a thread pool must keep the records of one order_id in order",
+        ),
+        RetryTopic => (
+            "a retry topic or a dead-letter replay decided it after later messages of its order",
+            "blocking retries for ordered keys, or park the whole key (its later messages wait) instead of a non-blocking retry topic",
+        ),
+        ProducerOrder => (
+            "the producer wrote the order's messages in another order than its status changes",
+            "the idempotent producer: enable.idempotence=true (the default since Kafka 3.0; check it is not overridden) or max.in.flight.requests.per.connection=1",
+        ),
+    }
+}
+
+/// From the due status change to the first done receipt of `rule`'s effect, over the
+/// orders where it was done before any void (sql/advise_done_lags.sql).
 async fn done_lags(ctx: &SessionContext, cut: Micros, rule: &Rule) -> Result<Vec<Micros>> {
-    let params =
-        [("cut", int(cut)), ("due_status", text(&rule.due_status)), ("effect", text(&rule.effect))];
+    let voids = rule.void_statuses.join(",");
+    let params = [
+        ("cut", int(cut)),
+        ("due_status", text(&rule.due_status)),
+        ("effect", text(&rule.effect)),
+        ("void_statuses", text(&voids)),
+    ];
     let mut out = Vec::new();
     for b in queries::collect(ctx, queries::ADVISE_DONE_LAGS, &params).await? {
         let lag = b.column(0).as_primitive::<Int64Type>();
@@ -331,7 +385,7 @@ fn advise_n(advice: &Advice) -> (Micros, String) {
 fn rules_toml(rules: &RuleSet, advice: &Advice) -> String {
     let mut out = format!(
         "# Suggested by `effect-recon advise` from the snapshot cut at {}.\n\
-         # grace: from the due status change to the first SUCCEEDED receipt, over effects done.\n\
+         # grace: from the due status change to the first done receipt, over effects done before any void.\n\
          # PENDING_REVIEW N: {} ({})\n",
         crate::time::format_instant(advice.cut),
         format_duration(advice.pending_n.0),
@@ -362,6 +416,13 @@ fn rules_toml(rules: &RuleSet, advice: &Advice) -> String {
             toml_string(&rule.compensation),
             rule.priority
         ));
+        // Kept as they are: advise suggests graces and N, never what an effect owes back.
+        if rule.reverse_on_void {
+            out.push_str("reverse_on_void = true\n");
+        }
+        if let Some(reversal) = &rule.reversal {
+            out.push_str(&format!("reversal      = {}\n", toml_string(reversal)));
+        }
     }
     out
 }
@@ -371,6 +432,29 @@ fn toml_string(text: &str) -> String {
 }
 
 impl Advice {
+    /// The reorders by mechanism, each with the consumer configuration that prevents it.
+    fn render_mechanisms(&self) -> String {
+        if self.mechanisms.is_empty() {
+            return "reorders by mechanism: none found\n".into();
+        }
+        let mut out =
+            "\nreorders by mechanism (their fingerprint in the ledger), and what prevents each\n"
+                .to_string();
+        for (mechanism, count) in &self.mechanisms {
+            let (what, fix) = prevention(*mechanism);
+            out.push_str(&format!(
+                "{:<15} {count:>7}  {what}\n{:<24}prevent: {fix}\n",
+                mechanism.as_str(),
+                ""
+            ));
+        }
+        out.push_str(
+            "every mechanism needs a rebalance or a retry to strike: static membership (group.instance.id, \
+             session.timeout.ms above a rolling restart) and the CooperativeStickyAssignor make rebalances rare\n",
+        );
+        out
+    }
+
     /// The report for the terminal.
     pub fn render(&self) -> String {
         let mut out = format!("snapshot cut {}\n\n", crate::time::format_instant(self.cut));
@@ -408,6 +492,7 @@ impl Advice {
         let consumers: Vec<String> =
             self.by_consumer.iter().map(|(c, r)| format!("{c} {:.4}%", 100.0 * r.rate())).collect();
         out.push_str(&format!("per consumer: {}\n", consumers.join(", ")));
+        out.push_str(&self.render_mechanisms());
         let s = &self.skips;
         out.push_str(&format!(
             "\nSKIPPED rows: {} saw a status behind the message (re-checking after N fixes these; \

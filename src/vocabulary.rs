@@ -246,6 +246,24 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// What made a ledger row be decided after a later offset of its order and partition,
+    /// by its fingerprint in the ledger (`advise`; sql/advise_reorder_mechanisms.sql).
+    ReorderMechanism("reorder mechanism") {
+        /// The partition's old owner wrote after the handoff (a zombie, or offsets
+        /// committed before processing).
+        OldOwnerLate => "OLD_OWNER_LATE",
+        /// Another consumer decided a later offset ahead of its turn before the handoff.
+        BeforeHandoff => "BEFORE_HANDOFF",
+        /// One consumer decided the two out of offset order.
+        SameConsumer => "SAME_CONSUMER",
+        /// A retry topic or a dead-letter replay decided it late.
+        RetryTopic => "RETRY_TOPIC",
+        /// The producer wrote the two in another order than their status changes.
+        ProducerOrder => "PRODUCER_ORDER",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -67,6 +67,8 @@ pub const DUPLICATE_MSG_IDS: Query = query!("duplicate_msg_ids");
 pub const ADVISE_LAGS: Query = query!("advise_lags");
 /// `advise`: reorders per partition, consumer and after a rebalance (`$cut`, `$window`).
 pub const ADVISE_REORDERS: Query = query!("advise_reorders");
+/// `advise`: reordered rows counted by the mechanism their ledger fingerprint points to.
+pub const ADVISE_REORDER_MECHANISMS: Query = query!("advise_reorder_mechanisms");
 /// `advise`: due to first receipt of one rule (`$cut`, `$due_status`, `$effect`).
 pub const ADVISE_DONE_LAGS: Query = query!("advise_done_lags");
 /// `advise`: a run's skip verdicts counted.
@@ -90,8 +92,13 @@ pub const PIPELINE: [Query; 13] = [
 ];
 
 /// The queries of `advise` (their own parameters: not registered with a run's bounds).
-pub const ADVISE: [Query; 4] =
-    [ADVISE_LAGS, ADVISE_REORDERS, ADVISE_DONE_LAGS, ADVISE_SKIP_VERDICTS];
+pub const ADVISE: [Query; 5] = [
+    ADVISE_LAGS,
+    ADVISE_REORDERS,
+    ADVISE_REORDER_MECHANISMS,
+    ADVISE_DONE_LAGS,
+    ADVISE_SKIP_VERDICTS,
+];
 
 /// Every embedded query of a run: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {

@@ -6,10 +6,11 @@ use std::path::Path;
 use effect_recon::advise::{self, AdvisePlan};
 use effect_recon::config::RuleSet;
 use effect_recon::stats::LagQuantiles;
+use effect_recon::vocabulary::ReorderMechanism;
 use effect_recon::workload::world::{Lag, Policy, PolicyOutcome};
 use effect_recon::workload::{self, WorkloadPlan};
 
-use super::common::{block_on, command, location};
+use super::common::{block_on, command, location, snapshot_from_csv};
 
 const MS: i64 = 1_000;
 
@@ -89,9 +90,32 @@ fn advise_recovers_the_lag_the_generator_was_given() {
         let rules = RuleSet::parse(&advice.rules_toml, "suggested").unwrap();
         assert_eq!(rules.rules.len(), 3);
         assert!(rules.rules.iter().all(|r| r.grace_micros >= 60_000_000), "{}", advice.rules_toml);
+        // What each rule owes back is kept as it was (DESIGN §10.1).
+        let kept: Vec<_> =
+            rules.rules.iter().map(|r| (r.reverse_on_void, r.reversal.clone())).collect();
+        let given: Vec<_> = RuleSet::default_rules()
+            .unwrap()
+            .rules
+            .into_iter()
+            .map(|r| (r.reverse_on_void, r.reversal))
+            .collect();
+        assert_eq!(kept, given, "{}", advice.rules_toml);
+        // Grants after a void (effects to undo) are no handler lag: the graces stay minutes.
+        for g in &advice.graces {
+            assert!(g.advised <= 60 * 60 * 1_000_000, "{}: {}", g.effect, g.arithmetic);
+        }
         // The planted reorders are found, and concentrated after rebalances.
         assert!(advice.skips.ahead > 0, "{:?}", advice.skips);
         assert!(advice.after_rebalance.rate() > advice.steady.rate(), "{advice:?}");
+        // Every reorder gets one mechanism: the generator's zombies (the old owner writing
+        // after the handoff) are found; its cancel races and lag jitter are one consumer out
+        // of offset order; it has no retry topic and no producer that swaps messages.
+        let reordered = advice.after_rebalance.reordered + advice.steady.reordered;
+        let m = &advice.mechanisms;
+        assert_eq!(m.values().sum::<u64>(), reordered, "{m:?}");
+        assert!(m.get(&ReorderMechanism::OldOwnerLate).is_some_and(|&n| n > 0), "{m:?}");
+        assert!(!m.contains_key(&ReorderMechanism::RetryTopic), "{m:?}");
+        assert!(!m.contains_key(&ReorderMechanism::ProducerOrder), "{m:?}");
     }
 }
 
@@ -111,4 +135,75 @@ fn advise_command_writes_rules_that_parse() {
     let text = std::fs::read_to_string(&rules).unwrap();
     RuleSet::parse(&text, "suggested").unwrap();
     assert!(text.contains("# was 30m"), "{text}");
+}
+
+/// One order per mechanism on its own partition (cut 2026-11-29T16:00:00Z):
+/// 1 a zombie: c-1 lost p1 at 10:00 and still wrote PAID at 10:20, between c-2's rows;
+/// 2 a later offset decided by c-3 before its handoff at 11:00, the PAID redelivered to c-4;
+/// 3 one consumer out of offset order; 4 a retry topic deciding PAID an hour late;
+/// 5 a producer that wrote SHIPPED (changed at 09:10) before PAID (09:00).
+const LEDGER: &str = "\
+msg_id,order_id,event_type,expected_status,action,observed_status,topic,kafka_partition,kafka_offset,consumer_id,decided_at
+m1b,1,ORDER_SHIPPED,SHIPPED,DONE,SHIPPED,order-event,1,11,c-2,2026-11-29T10:05:00Z
+f90,90,ORDER_PAID,PAID,DONE,PAID,order-event,1,12,c-2,2026-11-29T10:10:00Z
+m1a,1,ORDER_PAID,PAID,SKIPPED,SHIPPED,order-event,1,10,c-1,2026-11-29T10:20:00Z
+f91,91,ORDER_PAID,PAID,DONE,PAID,order-event,1,13,c-2,2026-11-29T10:30:00Z
+m2b,2,ORDER_SHIPPED,SHIPPED,DONE,SHIPPED,order-event,2,21,c-3,2026-11-29T10:50:00Z
+m2a,2,ORDER_PAID,PAID,SKIPPED,SHIPPED,order-event,2,20,c-4,2026-11-29T11:05:00Z
+f92,92,ORDER_PAID,PAID,DONE,PAID,order-event,2,22,c-4,2026-11-29T11:10:00Z
+m3b,3,ORDER_SHIPPED,SHIPPED,DONE,SHIPPED,order-event,3,31,c-5,2026-11-29T12:00:00Z
+m3a,3,ORDER_PAID,PAID,SKIPPED,SHIPPED,order-event,3,30,c-5,2026-11-29T12:01:00Z
+m4b,4,ORDER_SHIPPED,SHIPPED,DONE,SHIPPED,order-event,4,41,c-6,2026-11-29T13:00:00Z
+m4a,4,ORDER_PAID,PAID,SKIPPED,SHIPPED,order-event-retry,4,40,c-6,2026-11-29T14:00:00Z
+m5b,5,ORDER_SHIPPED,SHIPPED,SKIPPED,CREATED,order-event,5,50,c-7,2026-11-29T09:10:05Z
+m5a,5,ORDER_PAID,PAID,DONE,PAID,order-event,5,51,c-7,2026-11-29T09:10:06Z
+";
+
+const HISTORY: &str = "\
+order_id,status,changed_at
+1,PAID,2026-11-29T09:50:00Z
+1,SHIPPED,2026-11-29T10:00:00Z
+2,PAID,2026-11-29T10:40:00Z
+2,SHIPPED,2026-11-29T10:45:00Z
+3,PAID,2026-11-29T11:50:00Z
+3,SHIPPED,2026-11-29T11:55:00Z
+4,PAID,2026-11-29T12:50:00Z
+4,SHIPPED,2026-11-29T12:55:00Z
+5,PAID,2026-11-29T09:00:00Z
+5,SHIPPED,2026-11-29T09:10:00Z
+";
+
+#[test]
+fn each_reorder_mechanism_is_told_by_its_fingerprint() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("csv");
+    std::fs::create_dir(&csv).unwrap();
+    std::fs::write(csv.join("ledger.csv"), LEDGER).unwrap();
+    std::fs::write(csv.join("status_history.csv"), HISTORY).unwrap();
+    std::fs::write(
+        csv.join("receipts_points.csv"),
+        "receipt_id,order_id,effect,msg_id,status,created_at\n",
+    )
+    .unwrap();
+    let snapshot = dir.path().join("snap");
+    block_on(snapshot_from_csv(&csv, &location(&snapshot), "2026-11-29T16:00:00Z"));
+    let advice = advice(&snapshot);
+    use ReorderMechanism::*;
+    let found: Vec<_> = advice.mechanisms.iter().map(|(m, n)| (*m, *n)).collect();
+    assert_eq!(
+        found,
+        [
+            (OldOwnerLate, 1),
+            (BeforeHandoff, 1),
+            (SameConsumer, 1),
+            (RetryTopic, 1),
+            (ProducerOrder, 1)
+        ]
+    );
+    let text = advice.render();
+    assert!(text.contains("OLD_OWNER_LATE") && text.contains("enable.auto.commit=false"), "{text}");
+    assert!(
+        text.contains("enable.idempotence=true") && text.contains("CooperativeStickyAssignor"),
+        "{text}"
+    );
 }
