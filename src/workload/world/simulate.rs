@@ -371,7 +371,8 @@ impl World {
 
     /// The handler of the order's first void message (ORDER_CANCELLED, ORDER_REFUNDED)
     /// undoes the points and the stock lock granted before it: their receipts read
-    /// REVERSED from its decision on. An `Unreversed` mechanism makes it miss one grant.
+    /// REVERSED from its decision on. An `Unreversed` mechanism makes it miss those of one
+    /// provider (or grant after it).
     /// Draws from `rng` only for that mechanism, so other orders keep their worlds.
     fn undo_on_void(&self, rng: &mut SplitMix64, mechanism: Mechanism, out: &mut OrderRows) {
         let Some(handled) = out
