@@ -108,8 +108,8 @@ fn advise_recovers_the_lag_the_generator_was_given() {
         assert!(advice.skips.ahead > 0, "{:?}", advice.skips);
         assert!(advice.after_rebalance.rate() > advice.steady.rate(), "{advice:?}");
         // Every reorder gets one mechanism: the generator's zombies (the old owner writing
-        // after the handoff) are found; its cancel races and lag jitter are one consumer out
-        // of offset order; it has no retry topic and no producer that swaps messages.
+        // after the handoff) are found; its cancel races are one consumer out of offset
+        // order; it has no retry topic and no producer that swaps messages.
         let reordered = advice.after_rebalance.reordered + advice.steady.reordered;
         let m = &advice.mechanisms;
         assert_eq!(m.values().sum::<u64>(), reordered, "{m:?}");
