@@ -1,6 +1,8 @@
 //! The one integration test binary (every extra `tests/*.rs` would relink DataFusion).
 //!
 //! * `advise`       — `advise` recovers the consumer lag `gen` was given; its rules parse.
+//! * `answer_figures` — docs/REVERSIBLE-SKIPS.md's policy table is what `simulate` prints
+//!   for the page's own command (a moved figure fails until the page is regenerated).
 //! * `bad_input`    — every kind of bad input gets its own clear error and no manifest.
 //! * `cli`          — the binary: exit codes, summaries, the read-only `sql` command.
 //! * `cluster`      — `run --engine ballista://…` on a real scheduler and two executors
@@ -18,6 +20,11 @@
 //! * `fixture`      — `run` on the committed tiny snapshot equals the hand-checked outputs.
 //! * `gen`          — the synthetic workload: determinism, topic layout, planted faults,
 //!   gen → run → verify equal to the ground truth; the msg-7391 incident.
+//! * `handler`      — a reference effect handler under concurrency on MariaDB/PostgreSQL (same
+//!   variables as `export`): 24 partitions, 8 consumers, rebalances, zombies; the question's
+//!   naive handler loses and doubles effects, the obligation handler of
+//!   sql/schema/obligation.*.sql loses, doubles and leaves in force on voided orders none;
+//!   prints its counts.
 //! * `incremental`  — incremental nights on a database changed in place (SQLite always,
 //!   MariaDB/PostgreSQL with their variables): every night's chain equals a full
 //!   re-export and runs the same; a watermark without its safety terms loses a late commit.
@@ -54,6 +61,7 @@
 //!   numeral for numeral (the answer page; the README's first screen).
 
 mod advise;
+mod answer_figures;
 mod bad_input;
 mod cli;
 #[cfg(feature = "ballista")]
@@ -65,6 +73,7 @@ mod export;
 mod export_chunking;
 mod fixture;
 mod gen;
+mod handler;
 mod incremental;
 mod lifecycle;
 mod links;
