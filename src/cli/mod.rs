@@ -252,12 +252,13 @@ pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Parses an instant argument; a date alone is midnight UTC, and the user is told so.
 /// The default cut of `export` and `nightly`: now, truncated to the second.
 pub(crate) fn default_cut() -> Micros {
-    chrono::Utc::now().timestamp() * 1_000_000
+    let now = effect_recon::time::now_micros();
+    now - now.rem_euclid(effect_recon::time::SECOND_MICROS)
 }
 
+/// Parses an instant argument; a date alone is midnight UTC, and the user is told so.
 pub(crate) fn parse_instant_arg(text: &str) -> Result<i64, String> {
     let instant = effect_recon::time::parse_instant(text)?;
     if chrono::NaiveDate::parse_from_str(text.trim(), "%Y-%m-%d").is_ok() {

@@ -195,7 +195,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn messages_are_those_of_the_former_strings() {
+    fn each_error_names_its_chunk_source_and_cause() {
         let chunk = || "chunk 2/8 (order_id 1..=99)".to_string();
         assert_eq!(
             ExportError::NullKeys(3).to_string(),

@@ -30,7 +30,7 @@ use crate::workload::{self, WorkloadPlan};
 
 pub use chart::{policies_svg, sweep_svg, time_to_correct_svg};
 
-/// The policies of the issue, in its order.
+/// The policies compared by default, in the order the answer page lists them.
 pub const DEFAULT_POLICIES: &str =
     "skip,pending-review:5s,pending-review:60s,rereview-event,scan:5m,state-machine";
 

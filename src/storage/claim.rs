@@ -341,7 +341,8 @@ mod tests {
     }
 
     /// A writer racing us puts `_writing.<our number>#k` while we clear leftovers; deleting
-    /// it failed its create-only put with an I/O error instead of a clear "busy" (seen in CI).
+    /// it failed its create-only put with an I/O error instead of a clear "busy"; a racing
+    /// claim's staging files must survive the clearing.
     fn clear_with_a_racing_claim(subfolders: &[&str]) {
         let dir = tempfile::tempdir().unwrap();
         let folder = Location::parse(dir.path().to_str().unwrap()).unwrap();

@@ -31,12 +31,29 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn wait_for_port(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on port {port} within 60 s");
-        std::thread::sleep(Duration::from_millis(100));
+/// Spawns a node (`spawn` given two ports found free) until it listens on the first: a port
+/// found free can be taken by another test's outgoing connection before the node binds it
+/// (the node then exits at once), so an exited node is started again on other ports.
+fn spawn_listening(what: &str, spawn: impl Fn(u16, u16) -> Child) -> (Child, u16) {
+    for _ in 0..5 {
+        let (port, second) = (free_port(), free_port());
+        let mut child = spawn(port, second);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return (child, port);
+            }
+            if child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                panic!("{what} did not listen on port {port} within 60 s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
+    panic!("{what} exited at start five times, each on other ports");
 }
 
 /// A scheduler and its executors; every process is killed when this is dropped.
@@ -57,51 +74,46 @@ impl Cluster {
     /// in another mount namespace, say).
     fn start_with(executors: usize, wrap: impl Fn(Vec<String>) -> Vec<String>) -> Cluster {
         let work = tempfile::tempdir().unwrap();
-        let scheduler_port = free_port();
-        let scheduler = command(&["cluster", "scheduler", "--port", &scheduler_port.to_string()])
-            .args(["--executor-timeout", "10"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        wait_for_port(scheduler_port, "the scheduler");
+        let (scheduler, scheduler_port) = spawn_listening("the scheduler", |port, _| {
+            command(&["cluster", "scheduler", "--port", &port.to_string()])
+                .args(["--executor-timeout", "10"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        });
         let mut children = Vec::new();
-        let mut ports = Vec::new();
         for i in 0..executors {
-            let (port, grpc_port) = (free_port(), free_port());
             let work_dir = work.path().join(format!("executor-{i}"));
             std::fs::create_dir_all(&work_dir).unwrap();
-            let command: Vec<String> = [
-                bin(),
-                "cluster",
-                "executor",
-                "--scheduler",
-                &format!("127.0.0.1:{scheduler_port}"),
-                "--port",
-                &port.to_string(),
-                "--grpc-port",
-                &grpc_port.to_string(),
-                "--concurrent-tasks",
-                "1",
-                "--work-dir",
-                work_dir.to_str().unwrap(),
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            let command = wrap(command);
-            children.push(
+            let (child, _) = spawn_listening("an executor", |port, grpc_port| {
+                let command: Vec<String> = [
+                    bin(),
+                    "cluster",
+                    "executor",
+                    "--scheduler",
+                    &format!("127.0.0.1:{scheduler_port}"),
+                    "--port",
+                    &port.to_string(),
+                    "--grpc-port",
+                    &grpc_port.to_string(),
+                    "--concurrent-tasks",
+                    "1",
+                    "--work-dir",
+                    work_dir.to_str().unwrap(),
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                let command = wrap(command);
                 Command::new(&command[0])
                     .args(&command[1..])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .spawn()
-                    .unwrap(),
-            );
-            ports.push(port);
-        }
-        for port in ports {
-            wait_for_port(port, "an executor");
+                    .unwrap()
+            });
+            children.push(child);
         }
         Cluster { scheduler_port, scheduler, executors: children, _work: work }
     }
