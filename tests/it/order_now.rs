@@ -92,6 +92,27 @@ async fn order_now_story(url: &str) {
     .await;
     assert_eq!(unchanged, before);
 
+    // Killed with -9 inside its one batch (updates and audit row written, not committed):
+    // nothing changed, no audit row; the rerun below then applies it whole.
+    let apply = [
+        "reopen", "--config", &job, "--msg-id", "msg-7391", "--cut", CUT, "--apply", "--create",
+        "--by", "it-test",
+    ];
+    let killed = common::command(&apply)
+        .env("EFFECT_RECON_CRASH_AT", "reopen-before-commit")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(killed.status.signal(), Some(9), "{:?}", common::text(&killed));
+    let after_kill = query(
+        url,
+        "SELECT msg_id, action FROM idempotent_msg WHERE order_id = 8821 ORDER BY msg_id",
+    )
+    .await;
+    assert_eq!(after_kill, before, "a killed one-order reopen changed the ledger");
+    let audited = query(url, "SELECT msg_id, run_id FROM recon_reopen_audit").await;
+    assert!(audited.is_empty(), "an audit row without its change: {audited:?}");
+
     // reopen --msg-id --apply: the one message, guarded and audited, then undone.
     let (code, out, err) = outcome(&[
         "reopen", "--config", &job, "--msg-id", "msg-7391", "--cut", CUT, "--apply", "--create",
