@@ -435,7 +435,7 @@ impl Advice {
     /// The reorders by mechanism, each with the consumer configuration that prevents it.
     fn render_mechanisms(&self) -> String {
         if self.mechanisms.is_empty() {
-            return "reorders by mechanism: none found\n".into();
+            return "\nreorders by mechanism: none found\n".into();
         }
         let mut out =
             "\nreorders by mechanism (their fingerprint in the ledger), and what prevents each\n"

@@ -52,10 +52,27 @@ impl OrderNow {
         self.run.findings.iter().filter(move |f| f.order_id == self.order_id)
     }
 
+    /// The comparison with the last run, as lines for people: that they agree, each
+    /// `disagree: …`, or that there is no run to compare with.
+    pub fn comparison(&self) -> Vec<String> {
+        let Some(last) = &self.last_run else {
+            return vec!["no complete run under the job's root to compare with".into()];
+        };
+        let disagreements = self.disagreements();
+        if disagreements.is_empty() {
+            return vec![format!(
+                "the live data and run {} agree on order {}",
+                last.run_id(),
+                self.order_id
+            )];
+        }
+        disagreements.into_iter().map(|line| format!("disagree: {line}")).collect()
+    }
+
     /// Where the live data and the last run disagree about the order, one line each
     /// (empty: they agree, or there is no last run). A difference is expected when
     /// something happened since that run's cut; it is what the on-call must look at.
-    pub fn disagreements(&self) -> Vec<String> {
+    fn disagreements(&self) -> Vec<String> {
         let Some(last) = &self.last_run else { return Vec::new() };
         let seen = |findings: &mut dyn Iterator<Item = &FindingRow>| -> BTreeSet<String> {
             findings.map(|f| format!("{} {} {}", f.effect, f.class, f.verdict)).collect()

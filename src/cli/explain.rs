@@ -86,20 +86,8 @@ async fn explain_live(
         live.rows_of(Table::StatusHistory),
         live.rows_of(Table::Receipts),
     );
-    match &live.last_run {
-        None => eprintln!("explain: no complete run under the job's root to compare with"),
-        Some(last) => {
-            let disagreements = live.disagreements();
-            if disagreements.is_empty() {
-                eprintln!(
-                    "explain: the live data and run {} agree on order {order}",
-                    last.run_id()
-                );
-            }
-            for line in disagreements {
-                eprintln!("explain: disagree: {line}");
-            }
-        }
+    for line in live.comparison() {
+        eprintln!("explain: {line}");
     }
     Ok(Outcome::Clean)
 }

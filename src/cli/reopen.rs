@@ -190,17 +190,8 @@ fn say_live(now: &OrderNow) {
         format_instant(now.cut),
         if findings.is_empty() { "no finding".to_string() } else { findings.join(", ") }
     );
-    match &now.last_run {
-        None => eprintln!("reopen: no complete run under the job's root to compare with"),
-        Some(last) => {
-            let disagreements = now.disagreements();
-            if disagreements.is_empty() {
-                eprintln!("reopen: the live data and run {} agree on order {order}", last.run_id());
-            }
-            for line in disagreements {
-                eprintln!("reopen: disagree: {line}");
-            }
-        }
+    for line in now.comparison() {
+        eprintln!("reopen: {line}");
     }
 }
 

@@ -61,8 +61,8 @@ impl Prepared {
             plan.late_horizon,
             plan.max_age,
         );
+        // Checked above when given; the default, the cut, is a valid id.
         let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
-        check_run_id(&run_id)?;
         if !plan.replace {
             let folder = plan.out.join(&run_folder::run_folder(&run_id));
             if let Some(manifest) = run_folder::existing_run(&folder).await? {

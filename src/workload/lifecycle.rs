@@ -220,7 +220,7 @@ impl<'a> NightJudge<'a> {
             .any(|r| r.provider.effect() == rule.effect && r.created_at <= self.night.cut);
         let resolution = if open.class.is_missing() && state.ok >= 1 {
             Some(Resolution::Receipt)
-        } else if open.class.is_missing() && state.voided {
+        } else if open.class.is_missing() && state.voided() {
             Some(Resolution::Voided)
         } else if current.is_some() {
             Some(Resolution::Reclassified)

@@ -181,11 +181,7 @@ impl Facts {
     /// it, as in the world (`World::undo_on_void`).
     fn undo_on_void(&mut self, at: Micros) {
         for (i, r) in self.order.receipts.iter().enumerate() {
-            if r.provider.undone_on_void()
-                && r.status == ReceiptStatus::Succeeded
-                && r.created_at < at
-                && self.reversed[i].is_none()
-            {
+            if r.undone_by_void_handler_at(at) && self.reversed[i].is_none() {
                 self.reversed[i] = Some(at);
             }
         }

@@ -87,9 +87,7 @@ pub enum TruthRow<'a> {
 pub(crate) struct EffectState {
     /// Earliest change to the due status.
     pub(crate) due_at: Option<Micros>,
-    /// Some change to a void status.
-    pub(crate) voided: bool,
-    /// The earliest change to a void status.
+    /// The earliest change to a void status (`None`: never voided).
     pub(crate) void_at: Option<Micros>,
     /// SUCCEEDED receipts.
     pub(crate) ok: u32,
@@ -102,13 +100,18 @@ pub(crate) struct EffectState {
 impl EffectState {
     /// Due, not voided, never granted.
     pub(crate) fn owed(&self) -> bool {
-        self.due_at.is_some() && !self.voided && self.ok == 0
+        self.due_at.is_some() && !self.voided() && self.ok == 0
+    }
+
+    /// Some change to a void status.
+    pub(crate) fn voided(&self) -> bool {
+        self.void_at.is_some()
     }
 
     /// Done, due and voided on a rule that reverses on void: the effect must be undone
     /// (DESIGN §10.1).
     pub(crate) fn unreversed(&self, rule: &Rule) -> bool {
-        rule.reverse_on_void && self.due_at.is_some() && self.voided && self.ok >= 1
+        rule.reverse_on_void && self.due_at.is_some() && self.voided() && self.ok >= 1
     }
 
     /// When an unreversed effect became owed back: the later of the void and the first
@@ -193,7 +196,7 @@ pub(crate) fn skip_verdict(
         || (triggered().all(|(s, _)| s.due_at.is_none()) && decided_at + max_grace > cut)
     {
         SkipVerdict::Pending
-    } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided && s.ok >= 1) {
+    } else if triggered().any(|(s, _)| s.due_at.is_some() && !s.voided() && s.ok >= 1) {
         SkipVerdict::Harmless
     } else {
         SkipVerdict::Correct
@@ -209,7 +212,6 @@ pub(crate) fn effect_state(order: &OrderRows, rule: &Rule, cut: Micros) -> Effec
             state.due_at = Some(state.due_at.map_or(change.at, |d| d.min(change.at)));
         }
         if rule.void_statuses.iter().any(|v| v == status) {
-            state.voided = true;
             state.void_at = Some(state.void_at.map_or(change.at, |v| v.min(change.at)));
         }
     }

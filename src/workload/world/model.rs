@@ -189,6 +189,17 @@ pub struct ReceiptEntry {
     pub reversed_at: Option<Micros>,
 }
 
+impl ReceiptEntry {
+    /// Whether the void handler deciding at `at` undoes it: a points or stock-lock grant
+    /// in force that was made before the handler ran (`World::undo_on_void`, and the
+    /// same handler between nights).
+    pub fn undone_by_void_handler_at(&self, at: Micros) -> bool {
+        self.provider.undone_on_void()
+            && self.status == ReceiptStatus::Succeeded
+            && self.created_at < at
+    }
+}
+
 /// What one planted fault must make a correct run report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExpectTarget {

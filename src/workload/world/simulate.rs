@@ -405,12 +405,7 @@ impl World {
                 Some((provider, Unreversal::Lost | Unreversal::Twice)) => r.provider == provider,
                 _ => false,
             };
-            if r.provider.undone_on_void()
-                && r.status == ReceiptStatus::Succeeded
-                && r.created_at < handled
-                && r.reversed_at.is_none()
-                && !skipped
-            {
+            if r.undone_by_void_handler_at(handled) && r.reversed_at.is_none() && !skipped {
                 r.reversed_at = Some(handled);
             }
         }
