@@ -62,9 +62,16 @@ class BenchError(Exception):
 # --------------------------------------------------------------------------- venv
 
 def ensure_venv() -> None:
-    """Re-executes this script with benches/.venv's python, creating it with duckdb."""
+    """Re-executes this script with benches/.venv's python, creating it with duckdb; an
+    interpreter that already has duckdb (a machine without PyPI, wheels on PYTHONPATH) is
+    used as it is."""
     if Path(sys.prefix).resolve() == VENV.resolve():
         return
+    try:
+        import duckdb  # noqa: F401
+        return
+    except ImportError:
+        pass
     python = VENV / "bin" / "python"
     if not python.exists():
         print(f"creating {VENV} (python -m venv; pip install duckdb)", file=sys.stderr)
@@ -558,9 +565,10 @@ def bench_case(case: Case, args, binary: Path, rules: list[dict], work: Path) ->
                              "--rules", str(args.rules), "--replace", "--target-partitions", threads, "-q"],
         "duckdb recon": None if args.skip_duckdb else [*worker, "--mode", "recon", "--out", str(duck_out)],
         "mariadb missing (warm)": None,
-        "effect-recon bare scan": [*pin, str(binary), "sql", "--snapshot", str(snap.path), "--target-partitions", threads,
-                                   "-f", str(BENCHES / "bare_scan.sql"), "--format", "csv"],
-        "duckdb bare scan": None if args.skip_duckdb else [*worker, "--mode", "scan"],
+        "effect-recon bare scan": None if args.skip_scan else [
+            *pin, str(binary), "sql", "--snapshot", str(snap.path), "--target-partitions", threads,
+            "-f", str(BENCHES / "bare_scan.sql"), "--format", "csv"],
+        "duckdb bare scan": None if args.skip_duckdb or args.skip_scan else [*worker, "--mode", "scan"],
     }
     db = None
     if not args.skip_mariadb:
@@ -742,6 +750,7 @@ def parse_args(argv: list[str]):
     p.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up round")
     p.add_argument("--skip-duckdb", action="store_true")
     p.add_argument("--skip-mariadb", action="store_true")
+    p.add_argument("--skip-scan", action="store_true", help="leave out both bare scans")
     p.add_argument("--buffer-pool", default="6G",
                    help="innodb_buffer_pool_size during the MariaDB timing, restored afterwards, so the "
                         "query is timed warm with the day in memory (default 6G; '' keeps the server's)")
@@ -798,6 +807,8 @@ def main(argv: list[str]) -> int:
                 case = Case(f"{label}, T = {threads}", snapshot, threads)
                 bench_case(case, args, binary, rules, work)
                 done.append(case)
+                # Written after every case: a run stopped by a time limit keeps what it measured.
+                write_results(args.results, done, args, binary, argv)
     finally:
         if not args.skip_mariadb and not args.keep_mariadb:
             try:

@@ -158,6 +158,7 @@ async fn night(
         engine: Engine::InProcess,
         check_single_node: false,
         export_mode: crate::db::export::ExportMode::Auto,
+        chain: crate::nightly::JobChain::Nightly,
     };
     let report = nightly(&nightly_plan, events).await?;
     events.emit(Event::Demo(DemoStep::Verifying));

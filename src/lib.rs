@@ -24,7 +24,8 @@
 //!   DataFusion session, the SQL of `sql/`, UDFs, staging, the Ballista cluster) and
 //!   [`db`] (every team database, both directions: export, load, publish, reopen; the only
 //!   module using sqlx).
-//! * Verbs, named as the commands: [`recon`] (`run`), [`nightly`], [`demo`],
+//! * Verbs, named as the commands: [`recon`] (`run`), [`nightly`], [`watch`] (the
+//!   intraday loop's decisions), [`demo`],
 //!   [`order_now`] (one order judged live: `explain --config`, `reopen --order`), [`inspect`]
 //!   (`explain`, `sql`, `history`, `report`, and what a run hands on: metrics and the
 //!   alert), [`compact`] and [`gc`] (the snapshot root of incremental nights).
@@ -60,6 +61,7 @@ pub mod text;
 pub mod time;
 pub mod verify;
 pub mod vocabulary;
+pub mod watch;
 pub mod workload;
 
 pub use datafusion;

@@ -1,5 +1,6 @@
 //! The scheduled job: export the job's sources into `<root>/snapshot=<cut>/`, then run the
-//! reconciliation into `<root>/run=<id>/`. Used by `effect-recon nightly` and `demo`.
+//! reconciliation into `<root>/run=<id>/`. Used by `effect-recon nightly` and `demo`, and
+//! by each cycle of `watch` on the intraday chain under `<root>/intraday/` (docs/WATCH.md).
 //!
 //! A snapshot already complete for the same cut is reused, so a retry after a failed run
 //! does not export again. Once the run is published, its morning report is written into
@@ -14,6 +15,7 @@ use crate::engine::session::{Engine, SessionOptions};
 use crate::error::{Error, Result};
 use crate::events::{Event, Events};
 use crate::inspect::report::{self, ReportPlan, ReportWritten};
+use crate::recon::lifecycle::{self, PreviousChoice};
 use crate::recon::{self, RunPlan, RunReport};
 use crate::snapshot::MANIFEST;
 use crate::storage::Location;
@@ -36,7 +38,24 @@ pub struct NightlyPlan {
     pub check_single_node: bool,
     /// Full or incremental export (`--full`, `--verify-full`; automatic by default).
     pub export_mode: ExportMode,
+    /// The nightly chain, or the intraday one of `watch`.
+    pub chain: JobChain,
 }
+
+/// Which chain a job writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JobChain {
+    /// `<root>`: the book of record. Findings the intraday chain already reported are not
+    /// NEW again (its latest run at or before the cut is read, when there is one).
+    #[default]
+    Nightly,
+    /// `<root>/intraday/`: `watch`'s cycles. A cycle follows the previous cycle; the first
+    /// one follows the latest nightly run, so what the night already reported is not NEW.
+    Intraday,
+}
+
+/// The folder of the intraday chain under the job's root.
+pub const INTRADAY: &str = "intraday";
 
 /// What a nightly job did.
 #[derive(Debug)]
@@ -50,8 +69,8 @@ pub struct NightlyReport {
     /// The run.
     pub run: RunReport,
     /// The run's morning report in its folder, or why it could not be written (the run
-    /// is published either way).
-    pub report: Result<ReportWritten>,
+    /// is published either way); `None` on the intraday chain, whose cycles write none.
+    pub report: Option<Result<ReportWritten>>,
     /// Wall time of the whole job.
     pub elapsed: Duration,
 }
@@ -66,7 +85,11 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
             "nightly needs `root` (where snapshot=<cut>/ and run=<id>/ go)",
         )
     })?;
-    let root = Location::parse(&root_text)?;
+    let job_root = Location::parse(&root_text)?;
+    let root = match plan.chain {
+        JobChain::Nightly => job_root.clone(),
+        JobChain::Intraday => job_root.join(INTRADAY),
+    };
     let rules = RuleSet::load(plan.job.rules.as_deref())?;
     let snapshot = root.join(&format!("snapshot={}", format_compact(plan.cut)));
     events.emit(Event::NightlyStarted {
@@ -97,6 +120,17 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     run_plan.session = plan.session.clone();
     run_plan.engine = plan.engine.clone();
     run_plan.check_single_node = plan.check_single_node;
+    match plan.chain {
+        JobChain::Nightly => run_plan.seen_in = Some(job_root.join(INTRADAY)),
+        JobChain::Intraday => {
+            if lifecycle::latest_before(&root, plan.cut).await?.is_none() {
+                run_plan.previous = match lifecycle::latest_before(&job_root, plan.cut).await? {
+                    Some(night) => PreviousChoice::Folder(night),
+                    None => PreviousChoice::None,
+                };
+            }
+        }
+    }
     let run = recon::run(&run_plan, events).await?;
     events.emit(Event::RunFinished {
         findings: run.summary.findings.iter().map(|f| f.count).sum::<u64>(),
@@ -105,11 +139,17 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
         folder: run.folder.clone(),
         elapsed: run_started.elapsed(),
     });
-    let report = report::write(&ReportPlan {
-        out: root.clone(),
-        run: Some(run.summary.run_id.clone()),
-        output: None,
-    })
-    .await;
+    let report = match plan.chain {
+        JobChain::Nightly => Some(
+            report::write(&ReportPlan {
+                out: root.clone(),
+                run: Some(run.summary.run_id.clone()),
+                output: None,
+            })
+            .await,
+        ),
+        // A page per cycle would re-read the whole chain's history every few minutes.
+        JobChain::Intraday => None,
+    };
     Ok(NightlyReport { root, snapshot, export, run, report, elapsed: started.elapsed() })
 }

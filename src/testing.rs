@@ -5,7 +5,8 @@
 //! inside) its transactions leaves whole batches only, and that a rerun finishes the job.
 //!
 //! The stages are [`Stage`] (docs/RELIABILITY.md). Unset (always, outside the tests), the
-//! hook costs one environment lookup per process.
+//! hook costs one environment lookup per process. Beside it, [`pause_point`] holds a
+//! process at a named point until the test lets it go.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -95,4 +96,27 @@ fn kill_self() -> ! {
         libc::kill(libc::getpid(), libc::SIGKILL);
     }
     std::process::abort()
+}
+
+/// The variable of the pause hook: `<point>:<folder>`.
+pub(crate) const PAUSE_AT: &str = "EFFECT_RECON_PAUSE_AT";
+
+/// Test-only pause hook: with `EFFECT_RECON_PAUSE_AT=<point>:<folder>`, the process
+/// reaching `point` creates `<folder>/paused` and waits (up to a minute) for
+/// `<folder>/resume`, so a test can change the database at exactly that moment (a
+/// concurrent writer between what a command read and what it writes).
+pub(crate) async fn pause_point(point: &str) {
+    let Ok(text) = std::env::var(PAUSE_AT) else { return };
+    let Some((wanted, folder)) = text.split_once(':') else { return };
+    if wanted != point {
+        return;
+    }
+    let folder = std::path::Path::new(folder);
+    let _ = std::fs::write(folder.join("paused"), point);
+    for _ in 0..3000 {
+        if folder.join("resume").exists() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

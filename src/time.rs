@@ -32,6 +32,82 @@ pub fn now_micros() -> Micros {
     Utc::now().timestamp_micros()
 }
 
+/// The variable of the replay clock (`gen --live` prints it for `watch`).
+pub const REPLAY_CLOCK: &str = "EFFECT_RECON_CLOCK";
+
+/// An event clock running `speed` times faster than the wall clock, at `event_origin` when
+/// the wall clock read `wall_origin`: what a replayed day and the `watch` judging it agree
+/// on. Written `<event instant>@<wall µs>x<speed>`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReplayClock {
+    /// The event instant at the wall origin.
+    pub event_origin: Micros,
+    /// The wall instant the clock started from.
+    pub wall_origin: Micros,
+    /// Event seconds per wall second (at least 1).
+    pub speed: f64,
+}
+
+impl ReplayClock {
+    /// The clock of [`REPLAY_CLOCK`], if set; an error names the variable.
+    pub fn from_env() -> Result<Option<ReplayClock>, String> {
+        match std::env::var(REPLAY_CLOCK) {
+            Ok(text) => {
+                ReplayClock::parse(&text).map(Some).map_err(|e| format!("{REPLAY_CLOCK}: {e}"))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Reads `<event instant>@<wall µs>x<speed>`.
+    pub fn parse(text: &str) -> Result<ReplayClock, String> {
+        let invalid = || {
+            format!("'{text}' is not <instant>@<wall µs>x<speed>, e.g. 2026-11-28T16:00:00Z@1764892800000000x60")
+        };
+        let (event, rest) = text.split_once('@').ok_or_else(invalid)?;
+        let (wall, speed) = rest.split_once('x').ok_or_else(invalid)?;
+        let speed: f64 = speed.parse().map_err(|_| invalid())?;
+        if !(speed >= 1.0 && speed.is_finite()) {
+            return Err(format!("speed {speed} must be at least 1"));
+        }
+        Ok(ReplayClock {
+            event_origin: parse_instant(event)?,
+            wall_origin: wall.parse().map_err(|_| invalid())?,
+            speed,
+        })
+    }
+
+    /// The event instant now.
+    pub fn now(&self) -> Micros {
+        self.at_wall(now_micros())
+    }
+
+    /// The event instant at wall instant `wall`.
+    pub fn at_wall(&self, wall: Micros) -> Micros {
+        self.event_origin + ((wall - self.wall_origin) as f64 * self.speed) as Micros
+    }
+
+    /// The wall time an event duration takes.
+    pub fn wall_duration(&self, event: std::time::Duration) -> std::time::Duration {
+        event.div_f64(self.speed)
+    }
+}
+
+/// Now on the event clock: the replay clock of [`REPLAY_CLOCK`] when it is set (and
+/// valid: commands that honour it check it first), else the wall clock.
+pub fn event_now() -> Micros {
+    match ReplayClock::from_env() {
+        Ok(Some(clock)) => clock.now(),
+        _ => now_micros(),
+    }
+}
+
+impl std::fmt::Display for ReplayClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}x{}", format_instant(self.event_origin), self.wall_origin, self.speed)
+    }
+}
+
 /// The zone-less wall-time forms of [`parse_instant`] and of the database sources. They
 /// exclude each other (`T` or space; with or without seconds), so the order does not matter.
 const ZONELESS_FORMATS: [&str; 4] =
@@ -282,6 +358,19 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn the_replay_clock_reads_back_and_runs_speed_times_faster() {
+        let clock = ReplayClock::parse("2026-11-28T16:00:00Z@1000000x60").unwrap();
+        assert_eq!(clock.to_string(), "2026-11-28T16:00:00Z@1000000x60");
+        assert_eq!(clock.at_wall(1_000_000 + SECOND_MICROS), clock.event_origin + MINUTE_MICROS);
+        let five_minutes = std::time::Duration::from_secs(300);
+        assert_eq!(clock.wall_duration(five_minutes), std::time::Duration::from_secs(5));
+        assert!(ReplayClock::parse("2026-11-28T16:00:00Z@1000000x0.5")
+            .unwrap_err()
+            .contains("at least 1"));
+        assert!(ReplayClock::parse("2026-11-28T16:00:00Z").unwrap_err().contains("<instant>@"));
+    }
 
     #[test]
     fn durations_add_their_parts() {

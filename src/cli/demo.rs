@@ -55,8 +55,9 @@ pub(super) async fn execute(args: DemoArgs) -> anyhow::Result<Outcome> {
         print!("{}", night.verified.render());
     }
     if several {
-        if let Some(night) = report.nights.last() {
-            super::report::print_written(&night.nightly.report);
+        if let Some(written) = report.nights.last().and_then(|night| night.nightly.report.as_ref())
+        {
+            super::report::print_written(written);
         }
         let me = super::self_command();
         println!("history ({me} history --out {}):", report.layout.recon);
@@ -81,8 +82,9 @@ fn print_next_steps(layout: &DemoLayout, night: &DemoNight) {
     println!("snapshot: {snapshot}");
     println!("outputs:  {run_dir}");
     match &night.nightly.report {
-        Ok(written) => println!("report:   {}", written.location),
-        Err(_) => super::report::print_written(&night.nightly.report),
+        Some(Ok(written)) => println!("report:   {}", written.location),
+        Some(failed) => super::report::print_written(failed),
+        None => {}
     }
     println!("truth:    {}", night.truth);
     let me = super::self_command();

@@ -20,7 +20,9 @@ mod report;
 mod run;
 mod simulate;
 mod sql;
+mod stop;
 mod verify;
+mod watch;
 mod workload;
 
 use effect_recon::time::Micros;
@@ -64,6 +66,8 @@ enum Command {
     Export(export::ExportArgs),
     /// The scheduled job: export into <root>/snapshot=<cut>/, then run into <root>/run=<id>/.
     Nightly(nightly::NightlyArgs),
+    /// Every few minutes: export what changed and run the same SQL on the intraday chain; alert on NEW findings.
+    Watch(watch::WatchArgs),
     /// The runs under an output root, one line each: NEW, PERSISTING, resolved, open backlog.
     History(history::HistoryArgs),
     /// Rewrite the head of an incremental snapshot chain into one base segment (no database).
@@ -143,6 +147,7 @@ pub(crate) async fn execute(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Demo(args) => demo::execute(args).await,
         Command::Export(args) => export::execute(args).await,
         Command::Nightly(args) => nightly::execute(args).await,
+        Command::Watch(args) => watch::execute(args).await,
         Command::Load(args) => load::execute(args).await,
         Command::History(args) => history::execute(args).await,
         Command::Compact(args) => compact::execute(args).await,
@@ -252,9 +257,10 @@ pub(crate) fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// The default cut of `export` and `nightly`: now, truncated to the second.
+/// The default cut of `export`, `nightly` and `watch`: now (on the replay clock of
+/// `EFFECT_RECON_CLOCK` when it is set), truncated to the second.
 pub(crate) fn default_cut() -> Micros {
-    let now = effect_recon::time::now_micros();
+    let now = effect_recon::time::event_now();
     now - now.rem_euclid(effect_recon::time::SECOND_MICROS)
 }
 

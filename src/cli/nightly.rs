@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use effect_recon::config::JobConfig;
 use effect_recon::db::export::ExportMode;
-use effect_recon::nightly::{nightly, NightlyPlan};
+use effect_recon::nightly::{nightly, JobChain, NightlyPlan};
 use effect_recon::time::format_elapsed;
 
 use super::notify::NotifyArgs;
@@ -73,13 +73,16 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
         } else {
             ExportMode::Auto
         },
+        chain: JobChain::Nightly,
     };
     args.notify.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };
     let report = nightly(&plan, &progress::stderr("nightly: ", detail)).await?;
     print!("{}", report.run.summary.render());
     println!("outputs: {}", report.run.folder);
-    super::report::print_written(&report.report);
+    if let Some(written) = &report.report {
+        super::report::print_written(written);
+    }
     args.notify.deliver(&report.run, &report.root, args.quiet).await;
     eprintln!("nightly: finished in {}", format_elapsed(report.elapsed));
     Ok(Outcome::of_run(&report.run.summary, args.fail_on_breaks))

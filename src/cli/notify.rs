@@ -49,6 +49,31 @@ impl NotifyArgs {
     /// Writes the metrics file and posts the alert of a published run under `out`; a
     /// failure of either is one line on stderr.
     pub(super) async fn deliver(&self, report: &RunReport, out: &Location, quiet: bool) {
+        self.write_metrics(report, out, quiet).await;
+        let message = alert::alert_for(&report.summary, &report.folder);
+        self.post(message.as_ref(), quiet).await;
+    }
+
+    /// `watch`: the metrics of every cycle, and an alert only for a cycle with NEW BREAK
+    /// findings or an INCOMPLETE one (what is still open was reported when it was new).
+    pub(super) async fn deliver_cycle(&self, report: &RunReport, out: &Location, quiet: bool) {
+        self.write_metrics(report, out, quiet).await;
+        let message = alert::cycle_alert_for(&report.summary, &report.folder);
+        self.post(message.as_ref(), quiet).await;
+    }
+
+    /// Posts `message` when there is one and a webhook is set; a failure is one line.
+    pub(super) async fn post<M: serde::Serialize>(&self, message: Option<&M>, quiet: bool) {
+        let (Some(url), Some(message)) = (&self.alert_webhook, message) else { return };
+        match alert::post(url, message, Delivery::default()).await {
+            Ok(()) if !quiet => eprintln!("alert: posted to {}", alert::redacted(url)),
+            Ok(()) => {}
+            // The run is published: a chat that cannot be reached changes nothing else.
+            Err(e) => eprintln!("warning: {e}; the run's outputs and exit code are unchanged"),
+        }
+    }
+
+    async fn write_metrics(&self, report: &RunReport, out: &Location, quiet: bool) {
         if let Some(path) = &self.metrics_file {
             // The run is published: a failed metrics file is said, not turned into exit 2
             // (which means "nothing published" and would make a scheduler retry).
@@ -61,14 +86,6 @@ impl NotifyArgs {
                     super::render_error(&e)
                 ),
             }
-        }
-        let Some(url) = &self.alert_webhook else { return };
-        let Some(message) = alert::alert_for(&report.summary, &report.folder) else { return };
-        match alert::post(url, &message, Delivery::default()).await {
-            Ok(()) if !quiet => eprintln!("alert: posted to {}", alert::redacted(url)),
-            Ok(()) => {}
-            // The run is published: a chat that cannot be reached changes nothing else.
-            Err(e) => eprintln!("warning: {e}; the run's outputs and exit code are unchanged"),
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use effect_recon::config::JobConfig;
+use effect_recon::config::{JobConfig, SourceConfig};
 use effect_recon::db::reopen::{
     self, ItemStatus, LedgerColumns, OrderFilter, ReopenMode, ReopenPlan, ReopenReport,
     DEFAULT_AUDIT_TABLE, DEFAULT_LEDGER_TABLE,
@@ -100,9 +100,7 @@ pub(super) async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
     let mut job = None;
     if let Some(path) = &args.config {
         let config = JobConfig::load(path)?;
-        let Some(source) = config.sources.iter().find(|s| s.table == Table::Ledger) else {
-            bail!("{}: no [[source]] with table = \"ledger\"", path.display());
-        };
+        let source = ledger_source(&config)?;
         (table, columns) = reopen::ledger_mapping(&source.query);
         url = url.or_else(|| Some(source.url.clone()));
         password_env = password_env.or_else(|| source.password_env.clone());
@@ -178,6 +176,14 @@ pub(super) async fn execute(args: ReopenArgs) -> anyhow::Result<Outcome> {
     let report = reopen::reopen(&plan).await?;
     print_report(&report);
     Ok(Outcome::Clean)
+}
+
+/// The job's ledger source, whose URL, table and columns `reopen` writes through.
+pub(super) fn ledger_source(job: &JobConfig) -> anyhow::Result<&SourceConfig> {
+    match job.sources.iter().find(|s| s.table == Table::Ledger) {
+        Some(source) => Ok(source),
+        None => bail!("{}: no [[source]] with table = \"ledger\"", job.path.display()),
+    }
 }
 
 /// What the live judgment of one order found, and where it differs from the last run.

@@ -3,7 +3,12 @@
 use std::sync::OnceLock;
 
 use effect_recon::storage::Location;
-use effect_recon::time::parse_duration;
+use std::time::Duration;
+
+use effect_recon::time::{
+    format_elapsed, format_instant, parse_duration, DAY_MICROS, REPLAY_CLOCK,
+};
+use effect_recon::workload::live::{self, LivePlan};
 use effect_recon::workload::nights::{self, NightsPlan};
 use effect_recon::workload::world::Fault;
 use effect_recon::workload::{self, FaultRates, WorkloadPlan};
@@ -64,6 +69,21 @@ pub(super) struct WorkloadArgs {
     /// Delete whatever the output folder holds first.
     #[arg(long)]
     replace: bool,
+    /// Then write the day into this database (mysql://, postgres:// or sqlite: URL) in
+    /// event-time order, --speed times faster than it happened: the rows up to --live-from
+    /// at once, the rest as the replay clock passes them. The clock is printed (and written
+    /// to --clock-file) as EFFECT_RECON_CLOCK=..., for `watch` to cut its cycles on.
+    #[arg(long, value_name = "URL", conflicts_with = "nights")]
+    live: Option<String>,
+    /// With --live: event seconds per wall second.
+    #[arg(long, value_name = "N", default_value_t = 60.0, requires = "live")]
+    speed: f64,
+    /// With --live: where the replay starts (default: cut - 1 day, the truth's window).
+    #[arg(long, value_name = "ISO", value_parser = parse_instant_arg, requires = "live")]
+    live_from: Option<i64>,
+    /// With --live: also write the clock's EFFECT_RECON_CLOCK value into this file.
+    #[arg(long, value_name = "FILE", requires = "live")]
+    clock_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     rates: RateArgs,
 }
@@ -163,7 +183,44 @@ pub(super) async fn execute(args: WorkloadArgs) -> anyhow::Result<Outcome> {
     let plan = args.plan()?;
     let report = workload::generate(&plan).await?;
     print!("{}", report.render());
+    if let Some(url) = &args.live {
+        replay(&args, &plan, url).await?;
+    }
     Ok(Outcome::Clean)
+}
+
+/// `--live`: the generated day replayed into `url` on a clock `--speed` times faster.
+async fn replay(args: &WorkloadArgs, plan: &WorkloadPlan, url: &str) -> anyhow::Result<()> {
+    let live = LivePlan {
+        snapshot: plan.out.clone(),
+        url: url.to_string(),
+        speed: args.speed,
+        from: args.live_from.unwrap_or(plan.cut - DAY_MICROS),
+        until: plan.cut,
+        tick: Duration::from_millis(100),
+    };
+    anyhow::ensure!(live.from < live.until, "--live-from must be before --cut");
+    let mut written = Ok(());
+    let report = live::replay(&live, |clock| {
+        println!("{REPLAY_CLOCK}={clock}");
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        if let Some(path) = &args.clock_file {
+            written = std::fs::write(path, clock.to_string())
+                .map_err(|e| anyhow::anyhow!("--clock-file {}: {e}", path.display()));
+        }
+    })
+    .await?;
+    written?;
+    println!(
+        "replayed: {} rows up to {} at once, then {} rows in {} ticks over {} (x{})",
+        report.preloaded,
+        format_instant(live.from),
+        report.replayed,
+        report.ticks,
+        format_elapsed(report.elapsed),
+        args.speed
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -310,6 +310,35 @@ async fn insert(
     })
 }
 
+/// Sets the receipts `receipt_ids` of the database table `name` REVERSED, as a void
+/// handler does (`gen --live`); the schema's `updated_at` marks the change.
+pub async fn mark_reversed(url: &str, name: &str, receipt_ids: &[String]) -> Result<()> {
+    if receipt_ids.is_empty() {
+        return Ok(());
+    }
+    let driver = Driver::of_url(url).ok_or_else(|| {
+        Error::argument("url", "must start with mysql://, postgres:// or sqlite:")
+    })?;
+    let password = url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string));
+    let target =
+        Target { driver, url: url.to_string(), password, offset_secs: 0, read_only: false };
+    let fail = |message: String| Error::Source {
+        source_name: "load".into(),
+        table: name.to_string(),
+        message: target.scrub(&message),
+    };
+    let mut conn = conn::connect(&target, 30_000_000).await.map_err(|e| fail(e.to_string()))?;
+    let ids: Vec<String> =
+        receipt_ids.iter().map(|id| format!("'{}'", id.replace('\'', "''"))).collect();
+    let sql = format!(
+        "UPDATE {name} SET status = 'REVERSED' WHERE status = 'SUCCEEDED' AND receipt_id IN ({})",
+        ids.join(", ")
+    );
+    let changed = conn.execute(&sql).await.map_err(|e| fail(format!("marking REVERSED: {e}")));
+    conn.close().await;
+    changed
+}
+
 /// Runs the recommended schema's DDL on the database at `url` (idempotent).
 pub async fn create_schema(url: &str) -> Result<()> {
     load_tables(url, &[], &LoadOptions::default()).await.map(drop)

@@ -316,6 +316,9 @@ async fn reopen_on(
     if !plan.apply {
         return Ok((items, None, Vec::new()));
     }
+    // What was read above may change before the guarded updates below (the test of the
+    // guard stops here).
+    crate::testing::pause_point("reopen-before-apply").await;
     let apply_id = new_apply_id(&plan.mode);
     let batches = apply(conn, plan, &apply_id, &mut items).await?;
     Ok((items, Some(apply_id), batches))

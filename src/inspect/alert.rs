@@ -93,6 +93,31 @@ pub fn alert_for(summary: &Summary, run_folder: &str) -> Option<Alert> {
     })
 }
 
+/// The alert of one `watch` cycle, or `None` when the cycle found nothing new and is
+/// COMPLETE: findings still open from earlier cycles were already reported.
+pub fn cycle_alert_for(summary: &Summary, run_folder: &str) -> Option<Alert> {
+    if summary.new == 0 && summary.status != RunStatus::Incomplete {
+        return None;
+    }
+    let mut alert = alert_for(summary, run_folder)?;
+    alert.text = cycle_headline(summary, &alert.worst_classes, run_folder);
+    Some(alert)
+}
+
+/// `effect-recon watch 20261204T094000Z (COMPLETE): 3 NEW BREAK since 2026-12-04T09:35:00Z, open 12; worst: ...`.
+fn cycle_headline(summary: &Summary, worst: &[ClassCount], run_folder: &str) -> String {
+    let mut text = format!(
+        "effect-recon watch {} ({}): {} NEW BREAK since {}, open {}",
+        summary.run_id,
+        summary.status.as_str(),
+        summary.new,
+        summary.since,
+        summary.open
+    );
+    push_details(&mut text, summary, worst, run_folder);
+    text
+}
+
 /// `effect-recon run 20261127T000000Z (COMPLETE): 8 BREAK (NEW 8, PERSISTING 0), open 8; worst: ...`.
 fn headline(summary: &Summary, worst: &[ClassCount], run_folder: &str) -> String {
     let mut text = format!(
@@ -104,6 +129,12 @@ fn headline(summary: &Summary, worst: &[ClassCount], run_folder: &str) -> String
         summary.persisting,
         summary.open
     );
+    push_details(&mut text, summary, worst, run_folder);
+    text
+}
+
+/// The worst classes, the INCOMPLETE reasons and the outputs folder, after the first line.
+fn push_details(text: &mut String, summary: &Summary, worst: &[ClassCount], run_folder: &str) {
     if !worst.is_empty() {
         let names: Vec<String> =
             worst.iter().map(|c| format!("{}/{} {}", c.effect, c.class, c.breaks)).collect();
@@ -113,7 +144,6 @@ fn headline(summary: &Summary, worst: &[ClassCount], run_folder: &str) -> String
         text.push_str(&format!("\nINCOMPLETE: {reason}"));
     }
     text.push_str(&format!("\noutputs: {run_folder}"));
-    text
 }
 
 /// Timeout and attempts of a post.
@@ -140,7 +170,7 @@ impl Default for Delivery {
 /// Posts `alert` as JSON to `url`. Network errors, timeouts, 429 and 5xx answers are
 /// retried; any other non-2xx answer is final. Errors never name the URL's path or
 /// query (a Slack webhook's secret is its path).
-pub async fn post(url: &Url, alert: &Alert, delivery: Delivery) -> Result<()> {
+pub async fn post<M: Serialize>(url: &Url, alert: &M, delivery: Delivery) -> Result<()> {
     let target = redacted(url);
     let failed = |message: String| Error::Alert { target: target.clone(), message };
     let body = serde_json::to_vec(alert)

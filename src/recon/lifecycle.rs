@@ -130,8 +130,17 @@ impl PreviousRun {
     /// Registers its discrepancies, compensation tasks and skip verdicts as the session
     /// tables `previous_*`, checking each has the §6/§9 schema.
     pub async fn register(&self, ctx: &SessionContext) -> Result<()> {
+        self.register_as(ctx, &PREVIOUS_TABLES).await
+    }
+
+    /// Registers the outputs `tables` names as the session tables beside them.
+    pub(super) async fn register_as(
+        &self,
+        ctx: &SessionContext,
+        tables: &[(&str, OutputTable)],
+    ) -> Result<()> {
         ctx.register_object_store(self.folder.store_url(), Arc::clone(self.folder.store()));
-        for (name, table) in PREVIOUS_TABLES {
+        for &(name, table) in tables {
             let files = &self.manifest.tables[table.name()].files;
             let urls: Vec<String> = files.iter().map(|f| self.folder.url(&f.path)).collect();
             let context =
@@ -227,6 +236,12 @@ pub fn is_registered(ctx: &SessionContext) -> bool {
 pub async fn latest_before(out: &Location, cut: Micros) -> Result<Option<Location>> {
     let runs = complete_runs(out).await?;
     Ok(runs.into_iter().rfind(|run| run.cut < cut).map(|run| run.folder))
+}
+
+/// The complete run under `out` with the greatest cut at or before `cut`.
+pub async fn latest_at(out: &Location, cut: Micros) -> Result<Option<Location>> {
+    let runs = complete_runs(out).await?;
+    Ok(runs.into_iter().rfind(|run| run.cut <= cut).map(|run| run.folder))
 }
 
 /// The chain a run belongs to and the bounds it lists findings with.

@@ -9,6 +9,7 @@ pub mod lifecycle;
 mod prepare;
 pub(crate) mod rule_check;
 pub mod rules_table;
+mod seen_intraday;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -69,6 +70,9 @@ pub struct RunPlan {
     pub max_drop: f64,
     /// What the snapshot holds: a whole day, or one order's rows.
     pub scope: SnapshotScope,
+    /// A `watch` chain's root (`<root>/intraday/`): the open findings of its latest run at
+    /// or before the cut count as open before, so they are not NEW again (docs/WATCH.md).
+    pub seen_in: Option<Location>,
 }
 
 /// What a run's snapshot holds, which decides the self-checks that apply.
@@ -110,6 +114,7 @@ impl RunPlan {
             max_age: DEFAULT_MAX_AGE,
             max_drop: DEFAULT_MAX_DROP,
             scope: SnapshotScope::Day,
+            seen_in: None,
         }
     }
 }

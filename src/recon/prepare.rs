@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use datafusion::prelude::SessionContext;
 
 use super::lifecycle::{self, Chain, PreviousRun, SelfCheckLimits};
-use super::{check_run_id, rule_check, Bounds, Outputs, RunPlan, SnapshotScope};
+use super::{check_run_id, rule_check, seen_intraday, Bounds, Outputs, RunPlan, SnapshotScope};
 use crate::error::Result;
 use crate::run_folder::summary::{self, Summary, SUMMARY_FORMAT};
 use crate::run_folder::{self, OutputTable, RunIdentity, RunManifest, RunPublisher};
@@ -21,6 +21,8 @@ use crate::vocabulary::RunStatus;
 pub(super) struct Prepared {
     pub(super) snapshot: Snapshot,
     pub(super) previous: Option<PreviousRun>,
+    /// The intraday run whose open findings count as open before (`RunPlan::seen_in`).
+    pub(super) intraday: Option<PreviousRun>,
     pub(super) chain: Chain,
     pub(super) bounds: Bounds,
     pub(super) publisher: RunPublisher,
@@ -61,6 +63,13 @@ impl Prepared {
             plan.late_horizon,
             plan.max_age,
         );
+        let intraday = match &plan.seen_in {
+            Some(root) => match lifecycle::latest_at(root, window.cut).await? {
+                Some(folder) => Some(PreviousRun::open(&folder).await?),
+                None => None,
+            },
+            None => None,
+        };
         // Checked above when given; the default, the cut, is a valid id.
         let run_id = plan.run_id.clone().unwrap_or_else(|| format_compact(window.cut));
         if !plan.replace {
@@ -71,6 +80,7 @@ impl Prepared {
                     && manifest.since == format_instant(window.since)
                     && manifest.rules_hash == plan.rules.hash
                     && manifest.previous_run == chain.previous_run
+                    && manifest.intraday_run.as_deref() == intraday.as_ref().map(|r| r.run_id())
                     && manifest.version == env!("CARGO_PKG_VERSION");
                 if same_inputs {
                     let manifest = Box::new(manifest);
@@ -85,7 +95,14 @@ impl Prepared {
             expire_before: chain.expire_before,
             run_id,
         };
-        Ok(Preparation::Fresh(Box::new(Prepared { snapshot, previous, chain, bounds, publisher })))
+        Ok(Preparation::Fresh(Box::new(Prepared {
+            snapshot,
+            previous,
+            intraday,
+            chain,
+            bounds,
+            publisher,
+        })))
     }
 
     /// Validates and registers the snapshot tables and the previous run's outputs.
@@ -94,6 +111,9 @@ impl Prepared {
         match &self.previous {
             Some(previous) => previous.register(ctx).await?,
             None => lifecycle::register_empty(ctx).await?,
+        }
+        if let Some(intraday) = &self.intraday {
+            seen_intraday::merge(ctx, intraday).await?;
         }
         Ok(stats)
     }
@@ -182,6 +202,7 @@ impl Prepared {
             rules_hash: plan.rules.hash.clone(),
             previous_run: self.chain.previous_run.clone(),
             origin: summary.origin.clone(),
+            intraday_run: self.intraday.as_ref().map(|run| run.run_id().to_string()),
             status: summary.status,
             reasons: summary.reasons.clone(),
         };

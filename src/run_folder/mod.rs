@@ -52,6 +52,10 @@ pub struct RunManifest {
     /// the lifecycle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The intraday run whose open findings this night counted as open before
+    /// (docs/WATCH.md); absent without a `watch` chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intraday_run: Option<String>,
     /// COMPLETE, or INCOMPLETE when a self-check failed.
     #[serde(default)]
     pub status: RunStatus,
@@ -81,6 +85,8 @@ pub struct RunIdentity {
     pub previous_run: Option<String>,
     /// The chain's origin, RFC 3339.
     pub origin: String,
+    /// The intraday run whose open findings counted as open before.
+    pub intraday_run: Option<String>,
     /// COMPLETE or INCOMPLETE.
     pub status: RunStatus,
     /// Why INCOMPLETE.

@@ -105,6 +105,7 @@ impl RunPublisher {
             version: env!("CARGO_PKG_VERSION").into(),
             previous_run: identity.previous_run.clone(),
             origin: Some(identity.origin.clone()),
+            intraday_run: identity.intraday_run.clone(),
             status: identity.status,
             reasons: identity.reasons.clone(),
             tables: files,

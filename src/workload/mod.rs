@@ -17,6 +17,7 @@
 
 mod columns;
 pub mod lifecycle;
+pub mod live;
 pub mod night_truth;
 pub mod nights;
 pub mod operations;

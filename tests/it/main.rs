@@ -57,6 +57,9 @@
 //!   byte for byte, costs that add up, the incident revoked, every policy's net exact.
 //! * `slt`          — sqllogictest files of `tests/slt/` against the exact text of `sql/`.
 //! * `snapshots`    — reviewed insta snapshots of what the binary prints (filtered).
+//! * `watch`        — `watch` on a database written between cycles (SQLite always, MariaDB
+//!   with its variable): each planted finding alerted once, quiet cycles silent, a killed
+//!   cycle resumed, nothing of the day NEW again at night; the loop stops on SIGTERM.
 //! * `zh_docs`      — the Chinese pages of docs/zh/ carry the English pages' figures,
 //!   numeral for numeral (the answer page; the README's first screen).
 
@@ -89,4 +92,5 @@ mod scaling;
 mod simulate;
 mod slt;
 mod snapshots;
+mod watch;
 mod zh_docs;

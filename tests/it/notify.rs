@@ -206,7 +206,7 @@ fn answer_one(stream: std::net::TcpStream) -> (String, Vec<u8>) {
 }
 
 /// A local HTTP server on 127.0.0.1: its webhook URL, and the requests it answered.
-fn webhook_receiver() -> (String, mpsc::Receiver<(String, Vec<u8>)>) {
+pub(crate) fn webhook_receiver() -> (String, mpsc::Receiver<(String, Vec<u8>)>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hooks/secret-token", listener.local_addr().unwrap());
     let (sent, received) = mpsc::channel();
