@@ -123,18 +123,24 @@ def main() -> int:
     wall_origin, speed = int(rest.split("x")[0]) / 1e6, float(rest.split("x")[1])
     print(f"replay clock {clock}")
 
-    intraday_root = work / "recon"
-    job = job_file(work, intraday_root)
+    root = work / "recon"
+    job = job_file(work, root)
+    # The previous day's night, over what the preload wrote: the book of record the first
+    # cycle follows (as a watch started beside a running nightly does).
+    night0 = subprocess.run([str(BIN), "nightly", "--config", str(job), "--cut", origin_text, "-q"],
+                            capture_output=True, text=True)
+    assert night0.returncode in (0, 3), night0.stderr
     env = dict(os.environ, EFFECT_RECON_CLOCK=clock)
-    watch = subprocess.Popen([str(BIN), "watch", "--config", str(job), "--every", args.every, "--alert-webhook", webhook,
-                              "--compact-every", "0"], env=env, stderr=subprocess.PIPE, text=True)
+    watch = subprocess.Popen([str(BIN), "watch", "--config", str(job), "--every", args.every, "--alert-webhook", webhook],
+                             env=env, stderr=subprocess.PIPE, text=True)
     lines: list[tuple[float, str]] = []
     threading.Thread(target=lambda: [lines.append((time.time(), l.rstrip())) for l in watch.stderr], daemon=True).start()
     gen_out, _ = gen.communicate()
+    cpu_before = os.times()  # gen is reaped: only watch's CPU is counted from here
     print(gen_out.strip().splitlines()[-1])
     manifest = json.loads((day / "manifest.json").read_text())
     cut = manifest["cut"]
-    # Two more event hours: every grace (30m) ends, and the cycles after the cut are seen.
+    # Two more event hours: every grace (30m) after the cut ends, and those cycles are seen.
     import datetime as dt
     cut_dt = dt.datetime.fromisoformat(cut.replace("Z", "+00:00"))
     origin_dt = dt.datetime.fromisoformat(origin_text.replace("Z", "+00:00"))
@@ -142,72 +148,87 @@ def main() -> int:
     time.sleep(max(0.0, stop_wall - time.time()))
     watch.send_signal(signal.SIGTERM)
     watch.wait(timeout=300)
+    time.sleep(0.2)
+    (work / "watch.log").write_text("\n".join(l for _, l in lines) + "\n")
+    cpu_after = os.times()
     time.sleep(0.5)
     cycles = [l for _, l in lines if l.startswith("watch: cycle ")]
     print(f"watch: {len(cycles)} cycles; exit {watch.returncode}; last: {lines[-1][1] if lines else ''}")
 
-    # The night over the same database, at the day's cut (its full export reads the lookback).
+    # The night at the day's cut beside the intraday chain (it follows night0), and a lone
+    # full night in its own root: the reference, checked against the generator's truth.
     night = subprocess.run([str(BIN), "nightly", "--config", str(job), "--cut", cut, "-q"], capture_output=True, text=True)
     assert night.returncode in (0, 3), night.stderr
-    night_run = intraday_root / f"run={cut.replace('-', '').replace(':', '')}"
-    verify = subprocess.run([str(BIN), "verify", "--truth", str(day / "truth.parquet"), "--run", str(night_run)],
+    run_id = cut.replace("-", "").replace(":", "")
+    night_run = root / f"run={run_id}"
+    lone_job = job_file(work, work / "lone")
+    lone = subprocess.run([str(BIN), "nightly", "--config", str(lone_job), "--cut", cut, "--full"], capture_output=True, text=True)
+    assert lone.returncode in (0, 3), lone.stderr
+    lone_run = work / "lone" / f"run={run_id}"
+    verify = subprocess.run([str(BIN), "verify", "--truth", str(day / "truth.parquet"), "--run", str(lone_run)],
                             capture_output=True, text=True)
-    print("verify:", verify.stdout.strip().splitlines()[-1] if verify.stdout.strip() else verify.stderr.strip())
+    verdict = (verify.stdout.strip().splitlines() or [verify.stderr.strip()])[-1]
+    print("verify (lone night):", verdict)
 
     con = duckdb.connect()
+    con.execute(f"CREATE VIEW ref AS SELECT * FROM read_parquet('{lone_run}/discrepancies/*.parquet')")
     con.execute(f"CREATE VIEW night AS SELECT * FROM read_parquet('{night_run}/discrepancies/*.parquet')")
-    con.execute(f"CREATE VIEW resolved AS SELECT * FROM read_parquet('{night_run}/resolved/*.parquet')")
-    runs = sorted(p for p in (intraday_root / "intraday").glob("run=*") if (p / "manifest.json").exists())
-    con.execute("CREATE TABLE cycles (run_id VARCHAR, cut TIMESTAMPTZ, new BIGINT, inputs BIGINT, reconcile_ms BIGINT)")
+    runs = sorted(p for p in (root / "intraday").glob("run=*") if (p / "manifest.json").exists())
+    con.execute("CREATE TABLE cycles (run_id VARCHAR, cut TIMESTAMPTZ, new BIGINT, ms BIGINT)")
     for run in runs:
         s = json.loads((run / "summary.json").read_text())
-        con.execute("INSERT INTO cycles VALUES (?, ?, ?, ?, ?)",
-                    [s["run_id"], s["cut"], s["new"], sum(v for k, v in s["inputs"].items() if "/" not in k),
-                     s["timings_ms"].get("reconcile", 0)])
-    files = ",".join(f"'{r}/discrepancies/*.parquet'" for r in runs)
-    con.execute(f"CREATE VIEW intraday AS SELECT * FROM read_parquet([{files}], filename = true)")
-    latency = con.execute(f"""
-        SELECT n.class, count(*) AS n,
-               quantile_cont(epoch(c.cut) - epoch(n.first_break_on), 0.5) AS p50,
-               quantile_cont(epoch(c.cut) - epoch(n.first_break_on), 0.99) AS p99,
-               max(epoch(c.cut) - epoch(n.first_break_on)) AS worst
-        FROM night n JOIN cycles c ON c.run_id = n.first_seen_run
-        WHERE n.verdict = 'BREAK' GROUP BY n.class ORDER BY n.class""").fetchall()
-    # NEW at night: no cycle up to the night's cut reported it. A cycle after the cut may
-    # have (its break_on came within one interval of the cut); the rest no cycle saw.
-    missed = con.execute(f"""
-        SELECT n.class,
-               count(*) FILTER (WHERE n.finding_id IN (SELECT i.finding_id FROM intraday i JOIN cycles c
-                   ON i.filename LIKE '%run=' || c.run_id || '/%' WHERE c.cut > TIMESTAMPTZ '{cut}' AND i.verdict = 'BREAK')) AS after_cut,
-               count(*) AS night_only
-        FROM night n WHERE n.verdict = 'BREAK' AND n.lifecycle = 'NEW'
-        GROUP BY n.class ORDER BY n.class""").fetchall()
-    reported = con.execute("""SELECT count(DISTINCT finding_id) FROM intraday WHERE verdict = 'BREAK' AND lifecycle = 'NEW'""").fetchone()[0]
-    vanished = con.execute("""
-        SELECT count(*) FROM (SELECT DISTINCT finding_id FROM intraday WHERE verdict = 'BREAK' AND lifecycle = 'NEW') i
-        WHERE i.finding_id NOT IN (SELECT finding_id FROM night WHERE verdict = 'BREAK')
-          AND i.finding_id NOT IN (SELECT finding_id FROM resolved)""").fetchone()[0]
-    resolutions = con.execute("""SELECT resolution, count(*) FROM resolved GROUP BY 1 ORDER BY 1""").fetchall()
-    cost = con.execute("SELECT count(*), median(reconcile_ms), max(reconcile_ms) FROM cycles").fetchone()
+        con.execute("INSERT INTO cycles VALUES (?, ?, ?, ?)",
+                    [s["run_id"], s["cut"], s["new"], sum(s["timings_ms"].values())])
+    files = lambda table: ",".join(f"'{r}/{table}/*.parquet'" for r in runs)
+    con.execute(f"""CREATE VIEW seen AS SELECT c.run_id, c.cut, d.* FROM read_parquet([{files('discrepancies')}], filename = true) d
+                    JOIN cycles c ON d.filename LIKE '%/run=' || c.run_id || '/%'""")
+    con.execute(f"""CREATE VIEW later AS SELECT r.* FROM read_parquet([{files('resolved')}]) r""")
+    # The first BREAK of every finding a cycle listed NEW (not those carried from night0).
+    con.execute("""CREATE TABLE first AS SELECT finding_id, min(cut) AS cut FROM seen WHERE verdict = 'BREAK'
+                    AND finding_id IN (SELECT finding_id FROM seen WHERE lifecycle = 'NEW') GROUP BY 1""")
+    con.execute(f"CREATE VIEW receipts AS SELECT * FROM read_parquet('{day}/receipts/**/*.parquet')")
+    latency = con.execute("""
+        SELECT r.class, count(*) AS n,
+               quantile_cont(epoch(f.cut) - epoch(r.break_on), 0.5), quantile_cont(epoch(f.cut) - epoch(r.break_on), 0.99),
+               max(epoch(f.cut) - epoch(r.break_on))
+        FROM ref r JOIN first f USING (finding_id) WHERE r.verdict = 'BREAK' GROUP BY 1 ORDER BY 1""").fetchall()
+    missed = con.execute("""SELECT r.class, r.effect, r.order_id FROM ref r WHERE r.verdict = 'BREAK'
+                            AND r.finding_id NOT IN (SELECT finding_id FROM first) ORDER BY 1, 3""").fetchall()
+    extra = con.execute(f"""
+        SELECT CASE WHEN f.finding_id IN (SELECT finding_id FROM ref WHERE verdict = 'PENDING') THEN 'PENDING at the cut, BREAK after it'
+                    WHEN f.cut > TIMESTAMPTZ '{cut}' THEN 'first BREAK after the cut'
+                    WHEN f.finding_id IN (SELECT l.finding_id FROM later l JOIN receipts r USING (receipt_id)
+                                          WHERE l.resolution = 'RECEIPT' AND r.created_at > f.cut)
+                         THEN 'resolved later in the day: RECEIPT created after the report'
+                    WHEN f.finding_id IN (SELECT finding_id FROM later WHERE resolution <> 'RECEIPT')
+                         THEN 'resolved later in the day: ' ||
+                              (SELECT min(resolution) FROM later l WHERE l.finding_id = f.finding_id)
+                    ELSE 'unexplained (false alarm)' END AS why, count(*)
+        FROM first f WHERE f.finding_id NOT IN (SELECT finding_id FROM ref WHERE verdict = 'BREAK')
+        GROUP BY 1 ORDER BY 1""").fetchall()
+    night_new = json.loads((night_run / "summary.json").read_text())["new"]
+    cost = con.execute("SELECT count(*), median(ms), quantile_cont(ms, 0.99), max(ms) FROM cycles").fetchone()
 
-    # Rows read: each cycle's export line, and a full night in its own root.
+    # Rows read: each incremental cycle's export line beside the lone full night's.
     exported = [int(m[1]) for _, l in lines if (m := re.search(r"export incremental, (\d+) rows", l))]
-    full_job = job_file(work, work / "full")
-    full = subprocess.run([str(BIN), "nightly", "--config", str(full_job), "--cut", cut, "--full"], capture_output=True, text=True)
-    full_rows = rows_read(full.stderr)
+    full_rows = rows_read(lone.stderr)
+    cpu = (cpu_after.children_user + cpu_after.children_system) - (cpu_before.children_user + cpu_before.children_system)
 
     every_s = 300 / speed
-    print(f"\nspeed x{speed:g}: --every {args.every} = {every_s:.2f} s wall; cycles {cost[0]}, reconcile median {cost[1]} ms, max {cost[2]} ms")
-    print("| class | found by a cycle | p50 | p99 | max | (event minutes; scaled wall seconds in brackets) |")
+    print(f"\n{args.orders} orders, speed x{speed:g}: --every {args.every} = {every_s:.2f} s wall; {cost[0]} cycles; "
+          f"cycle wall time median {cost[1]:.0f} ms, p99 {cost[2]:.0f} ms, max {cost[3]:.0f} ms")
+    print("| class | found by a cycle | p50 | p99 | max |  (event minutes; scaled wall seconds in brackets)")
+    print("|---|---:|---:|---:|---:|")
     for cls, n, p50, p99, worst in latency:
-        f = lambda s: f"{s / 60:.1f} min ({s / speed:.2f} s)"
+        f = lambda x: f"{x / 60:.1f} min ({x / speed:.2f} s)"
         print(f"| {cls} | {n} | {f(p50)} | {f(p99)} | {f(worst)} |")
-    print("NEW at night (class, of which a cycle after the night's cut reported, all): " + (str(missed) if missed else "none"))
-    print(f"reported by cycles: {reported}; neither open nor resolved at night (false alarms): {vanished}")
-    print(f"night's resolved table: {resolutions}")
+    print(f"BREAK in the reference night that no cycle reported: {len(missed)} {missed[:10]}")
+    print(f"reported by a cycle, not BREAK in the reference night: {extra or 'none'}")
+    print(f"the night beside the chain: NEW {night_new} (what no cycle had reported)")
     if exported:
         print(f"rows read per incremental cycle: median {statistics.median(exported):.0f}, max {max(exported)}; "
-              f"full nightly: {full_rows} (median cycle / full = 1/{full_rows / max(1, statistics.median(exported)):.0f})")
+              f"lone full night: {full_rows} (median cycle = 1/{full_rows / max(1, statistics.median(exported)):.0f} of a night)")
+    print(f"CPU seconds of watch over the day (user+sys): {cpu:.1f} s for {cost[0]} cycles = {cpu / max(1, cost[0]):.2f} s per cycle")
     print(f"webhook messages: {len(Hook.messages)} ({sum(1 for _, m in Hook.messages if m.get('new'))} with NEW findings)")
     return 0
 

@@ -159,6 +159,7 @@ async fn night(
         check_single_node: false,
         export_mode: crate::db::export::ExportMode::Auto,
         chain: crate::nightly::JobChain::Nightly,
+        follows: None,
     };
     let report = nightly(&nightly_plan, events).await?;
     events.emit(Event::Demo(DemoStep::Verifying));

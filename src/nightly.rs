@@ -40,6 +40,9 @@ pub struct NightlyPlan {
     pub export_mode: ExportMode,
     /// The nightly chain, or the intraday one of `watch`.
     pub chain: JobChain,
+    /// The run to follow when the caller knows it (`watch`'s previous cycle): its chain
+    /// is not listed again, which a long-running loop would do with ever more runs.
+    pub follows: Option<Location>,
 }
 
 /// Which chain a job writes.
@@ -123,7 +126,9 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     match plan.chain {
         JobChain::Nightly => run_plan.seen_in = Some(job_root.join(INTRADAY)),
         JobChain::Intraday => {
-            if lifecycle::latest_before(&root, plan.cut).await?.is_none() {
+            if let Some(previous) = &plan.follows {
+                run_plan.previous = PreviousChoice::Folder(previous.clone());
+            } else if lifecycle::latest_before(&root, plan.cut).await?.is_none() {
                 run_plan.previous = match lifecycle::latest_before(&job_root, plan.cut).await? {
                     Some(night) => PreviousChoice::Folder(night),
                     None => PreviousChoice::None,

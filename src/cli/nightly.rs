@@ -74,6 +74,7 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
             ExportMode::Auto
         },
         chain: JobChain::Nightly,
+        follows: None,
     };
     args.notify.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };

@@ -108,6 +108,8 @@ pub(super) async fn execute(args: WatchArgs) -> anyhow::Result<Outcome> {
     let mut failures = Failures::new(args.alert_after);
     // Two cycles never share a cut, also across processes (`--once` from cron).
     let mut last_cut = last_published_cut(&job).await?;
+    // After the first cycle, each one follows the run of the one before it.
+    let mut last_run: Option<Location> = None;
     let mut published = 0u32;
     loop {
         let started = Instant::now();
@@ -121,6 +123,7 @@ pub(super) async fn execute(args: WatchArgs) -> anyhow::Result<Outcome> {
             check_single_node: false,
             export_mode: ExportMode::Auto,
             chain: JobChain::Intraday,
+            follows: last_run.clone(),
         };
         let Some(result) = finish_or_abandon(nightly(&plan, &events), cut).await else {
             return Ok(Outcome::Clean);
@@ -128,6 +131,7 @@ pub(super) async fn execute(args: WatchArgs) -> anyhow::Result<Outcome> {
         let wait = match result {
             Ok(report) => {
                 last_cut = Some(cut);
+                last_run = Some(Location::parse(&report.run.folder)?);
                 published += 1;
                 eprintln!("{}", cycle_line(&report));
                 args.notify.deliver_cycle(&report.run, &report.root, !args.verbose).await;
@@ -250,7 +254,8 @@ fn cycle_line(report: &NightlyReport) -> String {
 }
 
 /// `--reopen`: the cycle's reopen messages set REVOKED through the audited path, unless
-/// there are more than the ceiling: then none is, one alert goes out, and the loop stops.
+/// there are more than the ceiling: then none is, one alert goes out, and the loop stops
+/// (the only error returned). A batch that fails is rolled back whole (docs/RELIABILITY.md).
 async fn repair(args: &WatchArgs, job: &JobConfig, cycle: &NightlyReport) -> anyhow::Result<()> {
     if cycle.run.summary.status == RunStatus::Incomplete {
         eprintln!("watch: --reopen: the cycle is INCOMPLETE; nothing reopened");
@@ -273,7 +278,17 @@ async fn repair(args: &WatchArgs, job: &JobConfig, cycle: &NightlyReport) -> any
         allow_incomplete: false,
         only: None,
     };
-    let would = reopen::reopen(&plan).await?.count(ItemStatus::Changed);
+    // A database that fails here fails the next cycle's export too: said, not fatal.
+    let warn = |e: effect_recon::error::Error| {
+        eprintln!("warning: watch --reopen: {e}; nothing reopened, the next cycle tries again");
+    };
+    let would = match reopen::reopen(&plan).await {
+        Ok(dry) => dry.count(ItemStatus::Changed),
+        Err(e) => {
+            warn(e);
+            return Ok(());
+        }
+    };
     if would == 0 {
         return Ok(());
     }
@@ -284,7 +299,13 @@ async fn repair(args: &WatchArgs, job: &JobConfig, cycle: &NightlyReport) -> any
         anyhow::bail!("{}", health.text);
     }
     plan.apply = true;
-    let done = reopen::reopen(&plan).await?;
+    let done = match reopen::reopen(&plan).await {
+        Ok(done) => done,
+        Err(e) => {
+            warn(e);
+            return Ok(());
+        }
+    };
     eprintln!(
         "watch: reopened {} ledger row(s), {} changed meanwhile (left alone); undo with: effect-recon reopen --config {} --undo {} --apply",
         done.count(ItemStatus::Changed),

@@ -102,6 +102,17 @@ impl Claim {
 
     /// Removes the claim object (after the manifest is written, or after a failure).
     pub(crate) async fn release(self) -> Result<()> {
+        // A staging file of this claim's own number still there now was left by a writer
+        // killed while putting it, before this one claimed the number (a writer racing
+        // this one had its put fail, and its staging file removed, long ago).
+        if let Some(dir) = self.folder.local_dir() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if is_claim(&name) && is_leftover_staging(&name, self.number + 1) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
         self.delete(self.number).await
     }
 
@@ -338,6 +349,23 @@ mod tests {
         // A run clears its whole folder, a snapshot its table folders and the top.
         clear_with_a_racing_claim(&[]);
         clear_with_a_racing_claim(&["ledger"]);
+    }
+
+    /// A writer killed inside the put of claim 0 leaves only its staging file; the rerun
+    /// claims 0 itself (the staging file is no claim), keeps the file while a racer could
+    /// own it, and removes it when it releases the claim: the folder holds no leftover.
+    #[test]
+    fn a_claim_put_killed_midway_leaves_nothing_once_the_rerun_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = Location::parse(dir.path().to_str().unwrap()).unwrap();
+        std::fs::write(dir.path().join("_writing.000000#1"), b"{\"what\":").unwrap();
+        let claim = run(Claim::acquire(&folder, "snapshot writer")).unwrap();
+        assert_eq!(claim.number, 0);
+        run(clear_leftovers(&folder, &[], &claim)).unwrap();
+        run(claim.release()).unwrap();
+        let left: Vec<_> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     /// A writer racing us puts `_writing.<our number>#k` while we clear leftovers; deleting

@@ -303,7 +303,12 @@ fn spawn_watch(live: &Live, webhook: &str) -> (Child, mpsc::Receiver<String>) {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
+    let lines = lines_of(child.stderr.take().unwrap());
+    (child, lines)
+}
+
+/// The lines of a child's stderr, as they come.
+fn lines_of(mut stderr: std::process::ChildStderr) -> mpsc::Receiver<String> {
     let (lines, received) = mpsc::channel();
     std::thread::spawn(move || {
         let mut buffer = String::new();
@@ -321,7 +326,7 @@ fn spawn_watch(live: &Live, webhook: &str) -> (Child, mpsc::Receiver<String>) {
             }
         }
     });
-    (child, received)
+    received
 }
 
 /// Waits for a line containing `needle`; every line seen goes into `seen`.
@@ -713,4 +718,62 @@ async fn a_replayed_day_reports_each_finding_once_and_nothing_new_at_night() {
     let s = summary(&night_run);
     assert_eq!(s["new"], 0, "every finding was reported by a cycle: {s}");
     assert_eq!(s["open"], last["open"], "the night and the last cycle agree on what is open");
+}
+
+/// The database goes away under a running loop: each failed cycle is one line and a
+/// retry, the second failure in a row posts one FAILING alert (the third none), and the
+/// first cycle that publishes again posts RECOVERED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_away_backs_off_alerts_once_and_recovers() {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let db = dir.join("fulfilment.db");
+    let live = Live::new(format!("sqlite:{}", db.display())).await;
+    let (webhook, received) = webhook_receiver();
+    let job = live.job.to_str().unwrap().to_string();
+    let mut child = command(&[
+        "watch",
+        "--config",
+        &job,
+        "--every",
+        "1s",
+        "--alert-after",
+        "2",
+        "--alert-webhook",
+        &webhook,
+    ])
+    .stderr(Stdio::piped())
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = lines_of(stderr);
+    let mut seen = Vec::new();
+    wait_for(&lines, "watch: cycle ", &mut seen);
+    assert_eq!(posted(&received, Duration::from_millis(300)).len(), 1, "the day's findings, once");
+
+    let away = dir.join("fulfilment.db.away");
+    std::fs::rename(&db, &away).unwrap();
+    wait_for(&lines, "failed (3 in a row)", &mut seen);
+    let failing = posted(&received, Duration::from_millis(300));
+    assert_eq!(
+        failing.len(),
+        1,
+        "one alert for the failures, not one each: {failing:?}\n{}",
+        seen.join("\n")
+    );
+    assert_eq!(failing[0]["state"], "FAILING");
+    assert_eq!(failing[0]["failures"], 2);
+    assert!(failing[0]["error"].as_str().unwrap().contains("fulfilment"), "{}", failing[0]);
+
+    std::fs::rename(&away, &db).unwrap();
+    wait_for(&lines, "published again after", &mut seen);
+    let recovered = posted(&received, Duration::from_millis(500));
+    assert_eq!(recovered.iter().filter(|m| m["state"] == "RECOVERED").count(), 1, "{recovered:?}");
+    assert!(
+        recovered.iter().all(|m| m["state"] == "RECOVERED"),
+        "no finding is new after the outage: {recovered:?}"
+    );
+
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }

@@ -214,8 +214,11 @@ async fn latest_before(
         .into_iter()
         .filter(|f| f.starts_with("snapshot=") && *f != own && *f != out_name)
         .collect();
+    // Names sort as their cuts do (`snapshot=<YYYYMMDDTHHMMSSZ>`, a compaction's `.cNNN`
+    // after it): the first complete one from the end with an earlier cut is the latest.
+    // Reading only until then keeps a root of many snapshots (a day of `watch` cycles)
+    // from costing a manifest read per folder per export.
     folders.sort();
-    let mut best: Option<Previous> = None;
     let mut unreadable = None;
     for folder in folders.into_iter().rev() {
         let location = root.join(&folder);
@@ -229,18 +232,15 @@ async fn latest_before(
                 continue;
             }
         };
-        if snapshot.cut() >= cut || best.as_ref().is_some_and(|b| b.cut >= snapshot.cut()) {
+        if snapshot.cut() >= cut {
             continue;
         }
         let manifest = snapshot.manifest().clone();
         let chain = manifest.chain.clone().unwrap_or_else(empty_chain);
-        best = Some(Previous { folder, location, manifest, chain, cut: snapshot.cut() });
+        let cut = snapshot.cut();
+        return Ok(Some(Ok(Previous { folder, location, manifest, chain, cut })));
     }
-    Ok(match (best, unreadable) {
-        (Some(best), _) => Some(Ok(best)),
-        (None, Some(e)) => Some(Err(e)),
-        (None, None) => None,
-    })
+    Ok(unreadable.map(Err))
 }
 
 fn empty_chain() -> Chain {
