@@ -47,6 +47,18 @@ impl Live {
         Live { url, job, root: dir.path().join("recon"), dir }
     }
 
+    /// A day in a fresh SQLite database.
+    async fn sqlite() -> Live {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Live::new(format!("sqlite:{}", dir.join("fulfilment.db").display())).await
+    }
+
+    /// A day in a fresh MariaDB database `name`, when the server's variable is set.
+    async fn mariadb(name: &str) -> Option<Live> {
+        let base = env_url(MYSQL_ENV)?;
+        Some(Live::new(mysql_database(&base, name).await).await)
+    }
+
     /// An order paid 50 minutes ago whose ORDER_PAID was skipped: two MISSING_EFFECT
     /// findings (points and WMS), already past their 30-minute grace.
     async fn plant(&self, order: i64) {
@@ -282,16 +294,13 @@ async fn each_finding_alerted_once_and_not_new_at_night(live: Live, name: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_each_finding_is_alerted_once_and_not_new_at_night() {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let url = format!("sqlite:{}", dir.join("fulfilment.db").display());
-    each_finding_alerted_once_and_not_new_at_night(Live::new(url).await, "SQLite").await;
+    each_finding_alerted_once_and_not_new_at_night(Live::sqlite().await, "SQLite").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_each_finding_is_alerted_once_and_not_new_at_night() {
-    let Some(base) = env_url(MYSQL_ENV) else { return };
-    let url = mysql_database(&base, "watch_scripted").await;
-    each_finding_alerted_once_and_not_new_at_night(Live::new(url).await, "MariaDB").await;
+    let Some(live) = Live::mariadb("watch_scripted").await else { return };
+    each_finding_alerted_once_and_not_new_at_night(live, "MariaDB").await;
 }
 
 /// `watch --every 1s` in the background, its stderr collected by a thread.
@@ -346,8 +355,7 @@ fn wait_for(lines: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_loop_posts_once_per_cycle_with_findings_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let live = Live::new(format!("sqlite:{}", dir.join("fulfilment.db").display())).await;
+    let live = Live::sqlite().await;
     let (webhook, received) = webhook_receiver();
     let (mut child, lines) = spawn_watch(&live, &webhook);
     let mut seen = Vec::new();
@@ -593,16 +601,13 @@ async fn reopen_is_guarded_capped_and_undone(live: Live, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_reopen_is_guarded_capped_and_undone() {
-    let dir = tempfile::tempdir().unwrap().keep();
-    let url = format!("sqlite:{}", dir.join("fulfilment.db").display());
-    reopen_is_guarded_capped_and_undone(Live::new(url).await, "SQLite").await;
+    reopen_is_guarded_capped_and_undone(Live::sqlite().await, "SQLite").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_reopen_is_guarded_capped_and_undone() {
-    let Some(base) = env_url(MYSQL_ENV) else { return };
-    let url = mysql_database(&base, "watch_reopen").await;
-    reopen_is_guarded_capped_and_undone(Live::new(url).await, "MariaDB").await;
+    let Some(live) = Live::mariadb("watch_reopen").await else { return };
+    reopen_is_guarded_capped_and_undone(live, "MariaDB").await;
 }
 
 /// A generated day replayed into SQLite 3,600 times faster than it happened (`gen
