@@ -12,6 +12,7 @@ use effect_recon::db::reopen::{
 };
 use effect_recon::db::WriteTarget;
 use effect_recon::engine::session::Engine;
+use effect_recon::events::Events;
 use effect_recon::gc::{gc, GcPlan};
 use effect_recon::nightly::{nightly, JobChain, NightlyPlan, NightlyReport, INTRADAY};
 use effect_recon::run_folder::complete_runs;
@@ -101,19 +102,60 @@ pub(super) async fn execute(args: WatchArgs) -> anyhow::Result<Outcome> {
         eprintln!("watch: on the replay clock {clock} ({REPLAY_CLOCK})");
     }
     stop::catch();
-    let detail = if args.verbose { Detail::Stages } else { Detail::Warnings };
-    let events = progress::stderr("watch: ", detail);
     let every = args.every.unwrap_or(Duration::ZERO);
-    let every = clock.map_or(every, |clock| clock.wall_duration(every));
-    let mut failures = Failures::new(args.alert_after);
-    // Two cycles never share a cut, also across processes (`--once` from cron).
-    let mut last_cut = last_published_cut(&job).await?;
-    // After the first cycle, each one follows the run of the one before it.
-    let mut last_run: Option<Location> = None;
-    let mut published = 0u32;
+    let mut watcher = Watcher {
+        every: clock.map_or(every, |clock| clock.wall_duration(every)),
+        events: progress::stderr(
+            "watch: ",
+            if args.verbose { Detail::Stages } else { Detail::Warnings },
+        ),
+        failures: Failures::new(args.alert_after),
+        last_cut: last_published_cut(&job).await?,
+        last_run: None,
+        published: 0,
+    };
     loop {
         let started = Instant::now();
-        let cut = cut_after(last_cut).await;
+        let wait = match watcher.cycle(&args, &job, started).await? {
+            Step::Done(outcome) => return Ok(outcome),
+            Step::Wait(wait) => wait,
+        };
+        if !watcher.pause(wait, started).await {
+            return Ok(Outcome::Clean);
+        }
+    }
+}
+
+/// The loop's state between cycles.
+struct Watcher {
+    /// The interval, in wall time.
+    every: Duration,
+    events: Events,
+    failures: Failures,
+    /// Two cycles never share a cut, also across processes (`--once` from cron).
+    last_cut: Option<Micros>,
+    /// After the first cycle, each one follows the run of the one before it.
+    last_run: Option<Location>,
+    published: u32,
+}
+
+/// What follows a cycle.
+enum Step {
+    /// The command ends with this outcome.
+    Done(Outcome),
+    /// Another cycle, after this wait.
+    Wait(NextCycle),
+}
+
+impl Watcher {
+    /// One cycle, published, failed or abandoned.
+    async fn cycle(
+        &mut self,
+        args: &WatchArgs,
+        job: &JobConfig,
+        started: Instant,
+    ) -> anyhow::Result<Step> {
+        let cut = cut_after(self.last_cut).await;
         let plan = NightlyPlan {
             job: job.clone(),
             cut,
@@ -123,70 +165,88 @@ pub(super) async fn execute(args: WatchArgs) -> anyhow::Result<Outcome> {
             check_single_node: false,
             export_mode: ExportMode::Auto,
             chain: JobChain::Intraday,
-            follows: last_run.clone(),
+            follows: self.last_run.clone(),
         };
-        let Some(result) = finish_or_abandon(nightly(&plan, &events), cut).await else {
-            return Ok(Outcome::Clean);
+        let Some(result) = finish_or_abandon(nightly(&plan, &self.events), cut).await else {
+            return Ok(Step::Done(Outcome::Clean));
         };
-        let wait = match result {
-            Ok(report) => {
-                last_cut = Some(cut);
-                last_run = Some(Location::parse(&report.run.folder)?);
-                published += 1;
-                eprintln!("{}", cycle_line(&report));
-                args.notify.deliver_cycle(&report.run, &report.root, !args.verbose).await;
-                if args.reopen {
-                    repair(&args, &job, &report).await?;
-                }
-                if let Some(n) = failures.succeeded() {
-                    eprintln!("watch: published again after {n} failed cycles");
-                    args.notify.post(Some(&WatchHealth::recovered(n)), !args.verbose).await;
-                }
-                if args.once {
-                    return Ok(Outcome::of_run(&report.run.summary, false));
-                }
-                if args.compact_every > 0 && published.is_multiple_of(args.compact_every) {
-                    maintain(&report.root).await;
-                }
-                next_cycle(every, started.elapsed())
-            }
+        let step = match result {
+            Ok(report) => self.published(args, job, cut, &report, started).await?,
             Err(e) if args.once => return Err(e.into()),
-            Err(e) => {
-                let error = super::render_error(&e.into());
-                let after = failures.failed(every);
-                eprintln!(
-                    "watch: cycle {} failed ({} in a row), next try in {}: {error}",
-                    format_compact(cut),
-                    after.in_a_row,
-                    format_elapsed(after.backoff)
-                );
-                if after.alert {
-                    args.notify
-                        .post(Some(&WatchHealth::failing(after.in_a_row, &error)), false)
-                        .await;
-                }
-                NextCycle::After(after.backoff)
-            }
+            Err(e) => self.failed(args, cut, e.into()).await,
         };
-        if stop::requests() > 0 {
+        if matches!(step, Step::Wait(_)) && stop::requests() > 0 {
             eprintln!("watch: stopped after cycle {}", format_compact(cut));
-            return Ok(Outcome::Clean);
+            return Ok(Step::Done(Outcome::Clean));
         }
+        Ok(step)
+    }
+
+    /// A published cycle: its line, metrics and alert, the repair, the housekeeping.
+    async fn published(
+        &mut self,
+        args: &WatchArgs,
+        job: &JobConfig,
+        cut: Micros,
+        report: &NightlyReport,
+        started: Instant,
+    ) -> anyhow::Result<Step> {
+        self.last_cut = Some(cut);
+        self.last_run = Some(Location::parse(&report.run.folder)?);
+        self.published += 1;
+        eprintln!("{}", cycle_line(report));
+        args.notify.deliver_cycle(&report.run, &report.root, !args.verbose).await;
+        if args.reopen {
+            repair(args, job, report).await?;
+        }
+        if let Some(n) = self.failures.succeeded() {
+            eprintln!("watch: published again after {n} failed cycles");
+            args.notify.post(Some(&WatchHealth::recovered(n)), !args.verbose).await;
+        }
+        if args.once {
+            return Ok(Step::Done(Outcome::of_run(&report.run.summary, false)));
+        }
+        if args.compact_every > 0 && self.published.is_multiple_of(args.compact_every) {
+            maintain(&report.root).await;
+        }
+        Ok(Step::Wait(next_cycle(self.every, started.elapsed())))
+    }
+
+    /// A failed cycle: one line, a backoff, and the one alert when failures reach the threshold.
+    async fn failed(&mut self, args: &WatchArgs, cut: Micros, e: anyhow::Error) -> Step {
+        let error = super::render_error(&e);
+        let after = self.failures.failed(self.every);
+        eprintln!(
+            "watch: cycle {} failed ({} in a row), next try in {}: {error}",
+            format_compact(cut),
+            after.in_a_row,
+            format_elapsed(after.backoff)
+        );
+        if after.alert {
+            let health = WatchHealth::failing(after.in_a_row, &error);
+            args.notify.post(Some(&health), false).await;
+        }
+        Step::Wait(NextCycle::After(after.backoff))
+    }
+
+    /// Waits for the next cycle; `false` when a stop request came meanwhile.
+    async fn pause(&self, wait: NextCycle, started: Instant) -> bool {
         match wait {
-            NextCycle::Overrun => eprintln!(
-                "watch: the cycle took {}, longer than --every {}: the next starts now (cycles never overlap)",
-                format_elapsed(started.elapsed()),
-                format_elapsed(every)
-            ),
-            NextCycle::After(pause) => {
-                tokio::select! {
-                    () = tokio::time::sleep(pause) => {}
-                    () = stop::requested(1) => {
-                        eprintln!("watch: stopped between cycles");
-                        return Ok(Outcome::Clean);
-                    }
-                }
+            NextCycle::Overrun => {
+                eprintln!(
+                    "watch: the cycle took {}, longer than --every {}: the next starts now (cycles never overlap)",
+                    format_elapsed(started.elapsed()),
+                    format_elapsed(self.every)
+                );
+                true
             }
+            NextCycle::After(pause) => tokio::select! {
+                () = tokio::time::sleep(pause) => true,
+                () = stop::requested(1) => {
+                    eprintln!("watch: stopped between cycles");
+                    false
+                }
+            },
         }
     }
 }
