@@ -175,26 +175,12 @@ pub async fn load_tables(
     options: &LoadOptions,
 ) -> Result<LoadReport> {
     let started = Instant::now();
-    let driver = Driver::of_url(url).ok_or_else(|| {
-        Error::argument("url", "must start with mysql://, postgres:// or sqlite:")
-    })?;
-    let password = url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string));
-    let target = Target {
-        driver,
-        url: url.to_string(),
-        password,
-        offset_secs: options.utc_offset_secs,
-        read_only: false,
-    };
-    let fail = |what: &str, message: String| Error::Source {
-        source_name: "load".into(),
-        table: what.to_string(),
-        message: target.scrub(&message),
-    };
+    let target = load_target(url, options.utc_offset_secs)?;
+    let fail = |what: &str, message: String| load_error(&target, what, message);
     let mut conn =
         conn::connect(&target, 30_000_000).await.map_err(|e| fail("connect", e.to_string()))?;
     if options.create_schema {
-        conn.execute(dialect::schema_ddl(driver))
+        conn.execute(dialect::schema_ddl(target.driver))
             .await
             .map_err(|e| fail("schema", format!("creating the recommended schema: {e}")))?;
     }
@@ -316,17 +302,8 @@ pub async fn mark_reversed(url: &str, name: &str, receipt_ids: &[String]) -> Res
     if receipt_ids.is_empty() {
         return Ok(());
     }
-    let driver = Driver::of_url(url).ok_or_else(|| {
-        Error::argument("url", "must start with mysql://, postgres:// or sqlite:")
-    })?;
-    let password = url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string));
-    let target =
-        Target { driver, url: url.to_string(), password, offset_secs: 0, read_only: false };
-    let fail = |message: String| Error::Source {
-        source_name: "load".into(),
-        table: name.to_string(),
-        message: target.scrub(&message),
-    };
+    let target = load_target(url, 0)?;
+    let fail = |message: String| load_error(&target, name, message);
     let mut conn = conn::connect(&target, 30_000_000).await.map_err(|e| fail(e.to_string()))?;
     let ids: Vec<String> =
         receipt_ids.iter().map(|id| format!("'{}'", id.replace('\'', "''"))).collect();
@@ -337,6 +314,24 @@ pub async fn mark_reversed(url: &str, name: &str, receipt_ids: &[String]) -> Res
     let changed = conn.execute(&sql).await.map_err(|e| fail(format!("marking REVERSED: {e}")));
     conn.close().await;
     changed
+}
+
+/// The database at `url` as a write target (its password kept only to scrub errors).
+fn load_target(url: &str, offset_secs: i32) -> Result<Target> {
+    let driver = Driver::of_url(url).ok_or_else(|| {
+        Error::argument("url", "must start with mysql://, postgres:// or sqlite:")
+    })?;
+    let password = url::Url::parse(url).ok().and_then(|u| u.password().map(str::to_string));
+    Ok(Target { driver, url: url.to_string(), password, offset_secs, read_only: false })
+}
+
+/// A load error about `what` (a table, `connect`, `schema`), without the password.
+fn load_error(target: &Target, what: &str, message: String) -> Error {
+    Error::Source {
+        source_name: "load".into(),
+        table: what.to_string(),
+        message: target.scrub(&message),
+    }
 }
 
 /// Runs the recommended schema's DDL on the database at `url` (idempotent).
