@@ -120,6 +120,8 @@ pub struct Advice {
     pub graces: Vec<GraceAdvice>,
     /// The advised N of PENDING_REVIEW, and how.
     pub pending_n: (Micros, String),
+    /// The advised scan TTL, and how (with `--run`: from the run's WRONG skips).
+    pub scan_ttl: Option<(Micros, String)>,
     /// The suggested rules file.
     pub rules_toml: String,
 }
@@ -146,6 +148,12 @@ pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
             }
         }
         advice.verdicts = Some(verdicts);
+        let mut gaps = Vec::new();
+        for b in queries::collect(&ctx, queries::ADVISE_WRONG_SKIP_GAPS, &[("cut", int(cut))]).await? {
+            let gap = b.column(0).as_primitive::<Int64Type>();
+            gaps.extend((0..b.num_rows()).filter(|&i| gap.is_valid(i)).map(|i| gap.value(i)));
+        }
+        advice.scan_ttl = Some(advise_scan_ttl(&gaps, &advice.skips));
     }
     for rule in &plan.rules.rules {
         let mut sample = done_lags(&ctx, cut, rule).await?;
@@ -336,6 +344,42 @@ fn advise_grace(done: &LagQuantiles, trigger: &LagQuantiles, event: &str) -> (Mi
         format_approx_hours(done.max)
     );
     (advised, arithmetic)
+}
+
+/// The scan's interval the TTL is advised for (docs/REVERSIBLE-SKIPS.md recommends 5m).
+const SCAN_INTERVAL: Micros = 5 * MINUTE_MICROS;
+/// Past one nightly window a skip is the nightly run's, whatever the scan does.
+const SCAN_TTL_CAP: Micros = 24 * 60 * MINUTE_MICROS;
+
+/// The scan TTL: a WRONG skip is taken back by the first scan that sees its status
+/// reached, so the scan must keep a skip for the longest gap from the skip to its status
+/// change, plus the status read's lag (bounded from below by the skips that saw a status
+/// behind their message: twice their largest lag, as for N), plus one interval; rounded up
+/// to 5 minutes, at most one day (the nightly run owns the rest). `gaps` are the run's
+/// WRONG skips, from the decision to the status change.
+fn advise_scan_ttl(gaps: &[Micros], skips: &SkipKinds) -> (Micros, String) {
+    let mut late: Vec<Micros> = gaps.iter().copied().filter(|&g| g > 0).collect();
+    let later = LagQuantiles::of(&mut late);
+    let read_lag = 2 * skips.behind_lag.max;
+    let need = later.max.max(read_lag) + SCAN_INTERVAL;
+    let ttl = round_up(need, SCAN_INTERVAL).min(SCAN_TTL_CAP);
+    let beyond = late.iter().filter(|&&g| g + SCAN_INTERVAL > SCAN_TTL_CAP).count();
+    let mut arithmetic = format!(
+        "{} WRONG skips, {} of them decided before their status change (gap p99 {}, max {}),          the others after it; status reads lag at least {} (2 x the largest lag of a skip          that saw a status behind its message); TTL = max(largest gap, read lag) + the 5m          interval = {}, rounded up to 5 minutes = {}",
+        gaps.len(),
+        later.count,
+        format_approx_hours(later.p99),
+        format_approx_hours(later.max),
+        format_approx_hours(read_lag),
+        format_approx_hours(need),
+        format_duration(ttl)
+    );
+    if beyond > 0 {
+        arithmetic.push_str(&format!(
+            "; capped at one day: {beyond} WRONG skips became due later than that, the nightly run              and `reopen` take those back"
+        ));
+    }
+    (ttl, arithmetic)
 }
 
 /// N of PENDING_REVIEW: it must outlast how far a message can run ahead of the status the
@@ -530,6 +574,17 @@ impl Advice {
             format_duration(self.pending_n.0),
             self.pending_n.1
         ));
+        match &self.scan_ttl {
+            Some((ttl, arithmetic)) => out.push_str(&format!(
+                "advised scan TTL (state-machine+scan:5m:TTL): {}: {arithmetic}; the ledger rows \
+                 themselves are kept longer: at least the topic's retention.ms plus the replay \
+                 window, and the nightly lookback\n",
+                format_duration(*ttl)
+            )),
+            None => out.push_str(
+                "advised scan TTL: give --run (a run of this snapshot) to derive it from the WRONG skips\n",
+            ),
+        }
         out
     }
 }

@@ -14,7 +14,8 @@ use super::Outcome;
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Policies: skip | pending-review:N | rereview-event | scan:INTERVAL[:TTL] | state-machine |\n\
-state-machine+scan:INTERVAL[:TTL] (TTL default 1d). docs/REVERSIBLE-SKIPS.md explains the figures.\n\n\
+state-machine+scan:INTERVAL[:TTL] (TTL default 1d) | fenced | fenced+state-machine | versioned:TIMEOUT |\n\
+obligation. docs/REVERSIBLE-SKIPS.md explains the figures, docs/OBLIGATIONS.md the obligation.\n\n\
 Example:\n  effect-recon simulate --orders 1000000 --seed 7 --out /tmp/sim\n  \
 effect-recon simulate --orders 200000 --seed 7 --sweep --no-net --out /tmp/sweep\n\n\
 --out gets policies.csv, time_to_correct.csv, policies.svg, time_to_correct.svg (and sweep.csv,\n\
@@ -43,6 +44,14 @@ pub(crate) struct SimulateArgs {
     /// Consumers read the order status from a replica this far behind.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0s")]
     read_lag: i64,
+    /// Every rebalance is a restart: consumers handle nothing for this long, then work off
+    /// the backlog at ten times the arrival rate (messages arrive late, in order).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "0s")]
+    restart_backlog: i64,
+    /// Providers deduplicate on the business key {effect}:{order_id} on every path (a
+    /// repeated grant records nothing); default: they do not.
+    #[arg(long)]
+    provider_dedup: bool,
     /// Also sweep N of pending-review (1s..1h) and INTERVAL of scan (30s..6h), without net.
     #[arg(long)]
     sweep: bool,
@@ -57,6 +66,8 @@ pub(super) async fn execute(args: SimulateArgs) -> anyhow::Result<Outcome> {
     plan.rebalances_per_hour = args.rebalances_per_hour;
     plan.lag = args.lag;
     plan.read_lag = args.read_lag;
+    plan.restart_backlog = args.restart_backlog;
+    plan.provider_dedup = args.provider_dedup;
     let out = args.out.as_deref().map(Location::parse).transpose()?;
     let scratch =
         std::env::temp_dir().join(format!("effect-recon-simulate-{}", std::process::id()));
@@ -73,7 +84,7 @@ pub(super) async fn execute(args: SimulateArgs) -> anyhow::Result<Outcome> {
         let _ = std::fs::remove_dir_all(&scratch);
     }
     let reports = reports?;
-    let world = format!(
+    let mut world = format!(
         "seed {}, {} orders, lag {}, read lag {}, rebalances/hour {}",
         args.seed,
         args.orders,
@@ -81,6 +92,13 @@ pub(super) async fn execute(args: SimulateArgs) -> anyhow::Result<Outcome> {
         effect_recon::time::format_duration(args.read_lag),
         args.rebalances_per_hour.map_or("1/3 (default)".into(), |r| r.to_string())
     );
+    if args.restart_backlog > 0 {
+        let backlog = effect_recon::time::format_duration(args.restart_backlog);
+        world.push_str(&format!(", restart backlog {backlog}"));
+    }
+    if args.provider_dedup {
+        world.push_str(", providers dedup on the business key");
+    }
     println!("{world}");
     print!("{}", simulate::render(&reports));
     eprintln!("simulated in {}", effect_recon::time::format_elapsed(started.elapsed()));

@@ -73,6 +73,8 @@ pub const ADVISE_REORDER_MECHANISMS: Query = query!("advise_reorder_mechanisms")
 pub const ADVISE_DONE_LAGS: Query = query!("advise_done_lags");
 /// `advise`: a run's skip verdicts counted.
 pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
+/// `advise`: from each WRONG skip of a run to its status change (`$cut`).
+pub const ADVISE_WRONG_SKIP_GAPS: Query = query!("advise_wrong_skip_gaps");
 
 /// Every query of a run in dependency order: each may read the ones before it.
 pub const PIPELINE: [Query; 13] = [
@@ -92,12 +94,13 @@ pub const PIPELINE: [Query; 13] = [
 ];
 
 /// The queries of `advise` (their own parameters: not registered with a run's bounds).
-pub const ADVISE: [Query; 5] = [
+pub const ADVISE: [Query; 6] = [
     ADVISE_LAGS,
     ADVISE_REORDERS,
     ADVISE_REORDER_MECHANISMS,
     ADVISE_DONE_LAGS,
     ADVISE_SKIP_VERDICTS,
+    ADVISE_WRONG_SKIP_GAPS,
 ];
 
 /// Every embedded query of a run: the pipeline and the checks.

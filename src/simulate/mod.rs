@@ -34,6 +34,10 @@ pub use chart::{policies_svg, sweep_svg, time_to_correct_svg};
 pub const DEFAULT_POLICIES: &str =
     "skip,pending-review:5s,pending-review:60s,rereview-event,scan:5m,state-machine";
 
+/// The policies that remove the skip or prevent the reorder, beside `skip` and the
+/// recommended repair (docs/REVERSIBLE-SKIPS.md, "The policies re-ranked").
+pub const PREVENTION_POLICIES: &str = "skip,state-machine+scan:5m:2h,fenced,fenced+state-machine,versioned:10m,obligation";
+
 /// N of the `pending-review` sweep.
 pub const SWEEP_N: [&str; 10] =
     ["1s", "2s", "5s", "10s", "30s", "60s", "120s", "300s", "600s", "1h"];
@@ -54,6 +58,10 @@ pub struct SimPlan {
     pub lag: Lag,
     /// The status read replica's lag (0: the primary).
     pub read_lag: Micros,
+    /// Consumers restart at every rebalance and handle nothing for this long (0: none).
+    pub restart_backlog: Micros,
+    /// Providers deduplicate on the business key `{effect}:{order_id}`.
+    pub provider_dedup: bool,
     /// Where each policy's snapshot and run go for the T+1 net (`None`: no net).
     pub net: Option<Location>,
 }
@@ -71,14 +79,21 @@ impl SimPlan {
             rebalances_per_hour: None,
             lag: Lag::default(),
             read_lag: 0,
+            restart_backlog: 0,
+            provider_dedup: false,
             net: None,
         })
     }
 
     /// The world every policy runs in.
     pub fn world(&self, rules: &RuleSet) -> Result<World> {
-        let mut world =
-            self.gen_plan().world(rules).with_lag(self.lag).with_read_lag(self.read_lag);
+        let mut world = self
+            .gen_plan()
+            .world(rules)
+            .with_lag(self.lag)
+            .with_read_lag(self.read_lag)
+            .with_restart_backlog(self.restart_backlog)
+            .with_provider_dedup(self.provider_dedup);
         if let Some(rate) = self.rebalances_per_hour {
             world = world.with_rebalance_period((HOUR_MICROS as f64 / rate).round() as Micros);
         }
@@ -109,6 +124,19 @@ impl SimPlan {
                     format!("{rate} is not in (0, 3600]"),
                 ));
             }
+        }
+        let period = self
+            .rebalances_per_hour
+            .map_or(3 * HOUR_MICROS, |rate| (HOUR_MICROS as f64 / rate).round() as Micros);
+        if self.restart_backlog < 0 || self.restart_backlog >= period {
+            return Err(Error::argument(
+                "--restart-backlog",
+                format!(
+                    "{} must be at least 0 and shorter than the time between two rebalances ({})",
+                    crate::time::format_duration(self.restart_backlog),
+                    crate::time::format_duration(period)
+                ),
+            ));
         }
         self.gen_plan().validate()
     }

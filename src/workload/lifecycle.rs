@@ -385,6 +385,7 @@ mod tests {
             offset: 0,
             consumer: 0,
             decided_at: paid + MIN,
+            revoked_at: None,
         });
         o
     }

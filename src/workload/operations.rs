@@ -152,6 +152,7 @@ impl Facts {
             offset: offsets[partition as usize],
             consumer: world.owner_at(partition, decided_at),
             decided_at,
+            revoked_at: None,
         });
         offsets[partition as usize] += 1;
         if status.voids_effects() {

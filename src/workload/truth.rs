@@ -434,6 +434,7 @@ mod tests {
                 offset: i as i64,
                 consumer: 0,
                 decided_at,
+                revoked_at: None,
             })
             .collect();
         o.receipts = receipts

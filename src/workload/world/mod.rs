@@ -35,7 +35,9 @@ const REBALANCE_PERIOD: Micros = 3 * HOUR_MICROS;
 mod expect;
 mod faults;
 mod model;
+mod obligation;
 mod policy;
+mod prevent;
 mod simulate;
 
 pub use model::{
@@ -66,7 +68,14 @@ pub struct World {
     rebalance_period: Micros,
     lag: Lag,
     read_lag: Micros,
+    /// Consumers restart at every rebalance and handle nothing for this long (0: none).
+    restart_backlog: Micros,
+    /// Providers deduplicate calls on the business key `{effect}:{order_id}`.
+    provider_dedup: bool,
 }
+
+/// How much faster than messages arrive a consumer works off its backlog after a restart.
+const CATCH_UP: Micros = 10;
 
 /// The distribution of a consumer's lag: from a message's production to the start of its
 /// handling.
@@ -174,6 +183,8 @@ impl World {
             rebalance_period: REBALANCE_PERIOD,
             lag: Lag::default(),
             read_lag: 0,
+            restart_backlog: 0,
+            provider_dedup: false,
         }
     }
 
@@ -196,6 +207,22 @@ impl World {
     /// status before it.
     pub fn with_read_lag(mut self, read_lag: Micros) -> Self {
         self.read_lag = read_lag.max(0);
+        self
+    }
+
+    /// The same world with every rebalance a restart of the consumers, which handle
+    /// nothing for `backlog` and then work off what arrived meanwhile at ten times the
+    /// rate it arrives (default 0: a rebalance pauses nothing).
+    pub fn with_restart_backlog(mut self, backlog: Micros) -> Self {
+        self.restart_backlog = backlog.max(0);
+        self
+    }
+
+    /// The same world with providers that deduplicate calls on the business key
+    /// `{effect}:{order_id}` (DESIGN §10.2) on every path: a call whose key already has a
+    /// grant (even one reversed since) records nothing new.
+    pub fn with_provider_dedup(mut self, dedup: bool) -> Self {
+        self.provider_dedup = dedup;
         self
     }
 
@@ -272,6 +299,40 @@ impl World {
         self.draw(order_id, out);
         self.apply_policy(policy, out, outcome);
         self.finish(offsets, out);
+    }
+
+    /// When the handling of a message produced at `produced` starts: after the consumer
+    /// lag, and after the restart backlog when it arrives during one.
+    pub(super) fn handling(&self, produced: Micros, rng: &mut SplitMix64) -> Micros {
+        let start = produced + self.lag.draw(rng);
+        if self.restart_backlog == 0 {
+            return start;
+        }
+        let restarted = self.next_rebalance(start) - self.rebalance_period;
+        let waited = start - restarted;
+        if waited < self.restart_backlog {
+            restarted + self.restart_backlog + waited / CATCH_UP
+        } else {
+            start
+        }
+    }
+
+    /// A provider deduplicating on the business key keeps the first grant of each key and
+    /// records nothing for the later calls (a failed call did nothing, so it does not hold
+    /// the key).
+    fn dedup_at_providers(&self, out: &mut OrderRows) {
+        if !self.provider_dedup {
+            return;
+        }
+        let mut first: [Option<Micros>; 3] = [None; 3];
+        for r in out.receipts.iter().filter(|r| r.status != ReceiptStatus::Failed) {
+            let held = &mut first[r.provider.index()];
+            *held = Some(held.map_or(r.created_at, |t| t.min(r.created_at)));
+        }
+        out.receipts.retain(|r| {
+            r.status == ReceiptStatus::Failed
+                || first[r.provider.index()].is_none_or(|t| r.created_at <= t)
+        });
     }
 
     /// The world of one order under the skip handler, before the dump.

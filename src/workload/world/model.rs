@@ -167,6 +167,9 @@ pub struct LedgerEntry {
     pub consumer: u32,
     /// When the decision was recorded.
     pub decided_at: Micros,
+    /// A message its consumer held across a rebalance and decided after losing the
+    /// partition (a zombie's write): when the partition was revoked. Not written.
+    pub revoked_at: Option<Micros>,
 }
 
 /// One receipt of a provider.
@@ -363,6 +366,7 @@ impl OrderRows {
         for entry in &mut self.ledger {
             entry.produced += delta;
             entry.decided_at += delta;
+            entry.revoked_at = entry.revoked_at.map(|t| t + delta);
         }
         for r in &mut self.receipts {
             r.created_at += delta;

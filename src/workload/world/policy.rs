@@ -61,6 +61,30 @@ pub enum Policy {
         /// Rows older than this are no longer scanned.
         ttl: Micros,
     },
+    /// The reorder prevented on the Kafka side (docs/REVERSIBLE-SKIPS.md, "What puts 7392
+    /// ahead of 7391"): offsets committed after processing, in-flight work drained in
+    /// `onPartitionsRevoked`, and ledger writes fenced by the group generation. A consumer
+    /// that lost its partition can no longer write: what it held is finished by the drain
+    /// at the revoke, in offset order. The decision is still the status match (`history`:
+    /// judged on the history instead, as `state-machine`).
+    Fenced {
+        /// Decide on the order's history rather than on the current status.
+        history: bool,
+    },
+    /// Event versions: every message carries the order's version. A message whose
+    /// predecessor has not been handled yet is parked (a gap) until it has, or for at most
+    /// `timeout`; the message itself proves its status was reached, so an effect is owed
+    /// unless the history read shows a void.
+    Versioned {
+        /// The longest a message waits for its predecessor.
+        timeout: Micros,
+    },
+    /// No skip at all (docs/OBLIGATIONS.md): the status change writes one obligation per
+    /// (order, effect) in its own transaction, a void cancels it (or owes a reversal once
+    /// claimed); a worker woken by any message of the order, or a sweeper 30 s later,
+    /// claims it with a lease and calls the provider outside any transaction with the
+    /// business key, retrying what failed.
+    Obligation,
 }
 
 /// The default TTL of `scan:INTERVAL`: one nightly window, after which the T+1 run owns it.
@@ -92,11 +116,18 @@ impl Policy {
                 interval: duration(interval)?,
                 ttl: ttl.map(duration).transpose()?.unwrap_or(DEFAULT_SCAN_TTL),
             },
+            (Some("fenced"), None, ..) => Policy::Fenced { history: false },
+            (Some("fenced+state-machine"), None, ..) => Policy::Fenced { history: true },
+            (Some("versioned"), Some(timeout), None, _) => {
+                Policy::Versioned { timeout: duration(timeout)? }
+            }
+            (Some("obligation"), None, ..) => Policy::Obligation,
             _ => {
                 return Err(format!(
                     "'{text}' is not a policy: use skip, pending-review:N, rereview-event, \
-                     scan:INTERVAL[:TTL], state-machine or state-machine+scan:INTERVAL[:TTL] \
-                     (N, INTERVAL, TTL durations such as 5s, 5m, 1d)"
+                     scan:INTERVAL[:TTL], state-machine, state-machine+scan:INTERVAL[:TTL], \
+                     fenced, fenced+state-machine, versioned:TIMEOUT or obligation \
+                     (N, INTERVAL, TTL, TIMEOUT durations such as 5s, 5m, 1d)"
                 ))
             }
         };
@@ -122,6 +153,10 @@ impl fmt::Display for Policy {
             Policy::StateMachineScan { interval, ttl } => {
                 write!(f, "state-machine+scan:{}:{}", d(interval), d(ttl))
             }
+            Policy::Fenced { history: false } => f.write_str("fenced"),
+            Policy::Fenced { history: true } => f.write_str("fenced+state-machine"),
+            Policy::Versioned { timeout } => write!(f, "versioned:{}", d(timeout)),
+            Policy::Obligation => f.write_str("obligation"),
         }
     }
 }
@@ -139,6 +174,17 @@ pub enum Work {
     Rereview,
     /// One SKIPPED row seen by one scan (its history read; per revocation two writes).
     Scan,
+    /// A zombie's ledger write refused by the generation fence (one write attempted).
+    Fenced,
+    /// A message parked on a version gap (a delayed re-delivery: its row written as
+    /// PENDING_REVIEW, then read and decided on release).
+    Park,
+    /// The obligation rows a status change writes in its own transaction (one per effect
+    /// it makes due), or a void's tombstone and transition (one per effect it voids).
+    Obligation,
+    /// One attempt of a worker: the candidates read, the fence read, the claim and the
+    /// finish (a reversal is an attempt too).
+    Attempt,
 }
 
 /// The database work of one unit.
@@ -212,7 +258,7 @@ impl PolicyOutcome {
         self.time_to_correct.extend_from_slice(&other.time_to_correct);
     }
 
-    fn charge(&mut self, work: Work, reads: u32, writes: u32) {
+    pub(super) fn charge(&mut self, work: Work, reads: u32, writes: u32) {
         self.reads += u64::from(reads);
         self.writes += u64::from(writes);
         if self.trace {
@@ -222,7 +268,7 @@ impl PolicyOutcome {
 }
 
 /// The statuses that void the effects of `event`'s handler (the default rules).
-fn voids(event: Status) -> &'static [Status] {
+pub(super) fn voids(event: Status) -> &'static [Status] {
     match event {
         Status::Paid => &[Status::Cancelled, Status::Refunded],
         Status::Shipped => &[Status::Cancelled],
@@ -232,10 +278,10 @@ fn voids(event: Status) -> &'static [Status] {
 
 /// A skipped row and what the policy made of it so far.
 #[derive(Debug, Clone, Copy)]
-struct Skipped {
-    index: usize,
-    decided_at: Micros,
-    open: bool,
+pub(super) struct Skipped {
+    pub(super) index: usize,
+    pub(super) decided_at: Micros,
+    pub(super) open: bool,
 }
 
 impl World {
@@ -297,12 +343,20 @@ impl World {
                     self.scan(&mut rng, out, outcome, s, interval, ttl, &mut acted);
                 }
             }
+            Policy::Fenced { history } => {
+                self.fence(&mut rng, out, outcome, &skipped, history, &mut acted)
+            }
+            Policy::Versioned { timeout } => {
+                self.versions(&mut rng, out, outcome, timeout, &mut acted)
+            }
+            Policy::Obligation => self.obligations(&mut rng, out, outcome, &mut acted),
         }
         // An operator compensates a wrong skip by hand only while it is still wrong.
         out.receipts.retain(|r| {
             r.produced.is_some()
                 || !acted.iter().any(|&(m, at)| r.msg_id == Some(m) && at < r.created_at)
         });
+        self.dedup_at_providers(out);
         self.count_effects(out, outcome);
         outcome.ledger_rows +=
             out.ledger.iter().filter(|e| e.produced <= self.horizon).count() as u64;
@@ -310,7 +364,7 @@ impl World {
 
     /// Whether `event`'s effects are due by `t` as the consumer reads the history: the
     /// status was reached and no status voiding them was.
-    fn due_by(&self, out: &OrderRows, event: Status, t: Micros) -> bool {
+    pub(super) fn due_by(&self, out: &OrderRows, event: Status, t: Micros) -> bool {
         let seen = t - self.read_lag;
         let history = out.history.iter().take_while(|c| c.at <= seen);
         let mut reached = false;
@@ -325,7 +379,7 @@ impl World {
 
     /// Calls `event`'s providers from `t` on, the receipts naming `msg_id`; returns when
     /// the decision is recorded.
-    fn call(
+    pub(super) fn call(
         &self,
         rng: &mut SplitMix64,
         out: &mut OrderRows,
@@ -356,7 +410,7 @@ impl World {
     }
 
     /// DONE on the skipped row itself, decided from `t` on.
-    fn act_in_place(
+    pub(super) fn act_in_place(
         &self,
         rng: &mut SplitMix64,
         out: &mut OrderRows,
@@ -452,7 +506,7 @@ impl World {
     ) {
         for i in 0..out.history.len() {
             let produced = out.history[i].at + rng.between(MILLI_MICROS, 30 * MILLI_MICROS);
-            let handled = produced + self.lag.draw(rng);
+            let handled = self.handling(produced, rng);
             outcome.extra_messages += 1;
             let mut work = (1, 0);
             for s in skipped.iter_mut().filter(|s| s.open && s.decided_at < handled) {
@@ -536,6 +590,10 @@ mod tests {
             "scan:5m:2h",
             "state-machine",
             "state-machine+scan:5m",
+            "fenced",
+            "fenced+state-machine",
+            "versioned:10m",
+            "obligation",
         ] {
             assert_eq!(Policy::parse(text).unwrap().to_string(), text);
         }
@@ -543,7 +601,17 @@ mod tests {
             Policy::parse("scan:30s").unwrap(),
             Policy::Scan { interval: 30_000_000, ttl: DEFAULT_SCAN_TTL }
         );
-        for bad in ["", "skip:5s", "pending-review", "pending-review:0s", "scan:5m:1h:2", "x"] {
+        for bad in [
+            "",
+            "skip:5s",
+            "pending-review",
+            "pending-review:0s",
+            "scan:5m:1h:2",
+            "x",
+            "versioned",
+            "fenced:1s",
+            "obligation:5s",
+        ] {
             assert!(Policy::parse(bad).is_err(), "{bad}");
         }
     }

@@ -207,12 +207,14 @@ impl World {
             let StatusChange { status, at } = out.history[seq];
             let msg_id = MsgId::Event { order_id: out.order_id, seq: seq as u8 };
             let produced = at + rng.between(MILLI_MICROS, 30 * MILLI_MICROS);
-            let mut start = produced + self.lag.draw(rng);
+            let mut start = self.handling(produced, rng);
             let mut consumer = self.owner(partition, start);
+            let mut revoked_at = None;
             match mechanism {
                 Mechanism::Zombie { .. } if status == Status::Paid => {
                     // The old owner fetched it before the rebalance and finishes it late.
                     consumer = self.owner(partition, produced);
+                    revoked_at = Some(self.next_rebalance(produced));
                     let shipped = out.change(Status::Shipped).unwrap_or(at);
                     start = shipped + rng.between(MINUTE_MICROS, 10 * MINUTE_MICROS);
                 }
@@ -237,6 +239,7 @@ impl World {
                 offset: 0,
                 consumer,
                 decided_at: start,
+                revoked_at,
             };
             let entry = self.decide(rng, mechanism, entry, out);
             out.ledger.push(entry);
