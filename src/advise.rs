@@ -149,7 +149,9 @@ pub async fn advise(plan: &AdvisePlan) -> Result<Advice> {
         }
         advice.verdicts = Some(verdicts);
         let mut gaps = Vec::new();
-        for b in queries::collect(&ctx, queries::ADVISE_WRONG_SKIP_GAPS, &[("cut", int(cut))]).await? {
+        for b in
+            queries::collect(&ctx, queries::ADVISE_WRONG_SKIP_GAPS, &[("cut", int(cut))]).await?
+        {
             let gap = b.column(0).as_primitive::<Int64Type>();
             gaps.extend((0..b.num_rows()).filter(|&i| gap.is_valid(i)).map(|i| gap.value(i)));
         }
@@ -360,12 +362,15 @@ const SCAN_TTL_CAP: Micros = 24 * 60 * MINUTE_MICROS;
 fn advise_scan_ttl(gaps: &[Micros], skips: &SkipKinds) -> (Micros, String) {
     let mut late: Vec<Micros> = gaps.iter().copied().filter(|&g| g > 0).collect();
     let later = LagQuantiles::of(&mut late);
-    let read_lag = 2 * skips.behind_lag.max;
+    let read_lag = (2 * skips.behind_lag.max).max(0);
     let need = later.max.max(read_lag) + SCAN_INTERVAL;
     let ttl = round_up(need, SCAN_INTERVAL).min(SCAN_TTL_CAP);
     let beyond = late.iter().filter(|&&g| g + SCAN_INTERVAL > SCAN_TTL_CAP).count();
     let mut arithmetic = format!(
-        "{} WRONG skips, {} of them decided before their status change (gap p99 {}, max {}),          the others after it; status reads lag at least {} (2 x the largest lag of a skip          that saw a status behind its message); TTL = max(largest gap, read lag) + the 5m          interval = {}, rounded up to 5 minutes = {}",
+        "{} WRONG skips, {} of them decided before their status change (gap p99 {}, max {}), \
+         the others after it; status reads lag at least {} (2 x the largest lag of a skip \
+         that saw a status behind its message); TTL = max(largest gap, read lag) + the 5m \
+         interval = {}, rounded up to 5 minutes = {}",
         gaps.len(),
         later.count,
         format_approx_hours(later.p99),
@@ -376,7 +381,8 @@ fn advise_scan_ttl(gaps: &[Micros], skips: &SkipKinds) -> (Micros, String) {
     );
     if beyond > 0 {
         arithmetic.push_str(&format!(
-            "; capped at one day: {beyond} WRONG skips became due later than that, the nightly run              and `reopen` take those back"
+            "; capped at one day: {beyond} WRONG skips became due later than that, the nightly run \
+             and `reopen` take those back"
         ));
     }
     (ttl, arithmetic)

@@ -36,7 +36,8 @@ pub const DEFAULT_POLICIES: &str =
 
 /// The policies that remove the skip or prevent the reorder, beside `skip` and the
 /// recommended repair (docs/REVERSIBLE-SKIPS.md, "The policies re-ranked").
-pub const PREVENTION_POLICIES: &str = "skip,state-machine+scan:5m:2h,fenced,fenced+state-machine,versioned:10m,obligation";
+pub const PREVENTION_POLICIES: &str =
+    "skip,state-machine+scan:5m:2h,fenced,fenced+state-machine,versioned:10m,obligation";
 
 /// N of the `pending-review` sweep.
 pub const SWEEP_N: [&str; 10] =

@@ -207,3 +207,63 @@ fn each_reorder_mechanism_is_told_by_its_fingerprint() {
         "{text}"
     );
 }
+
+/// Two WRONG skips (cut 2026-11-29T16:00:00Z): order 11's ORDER_PAID was skipped at 09:00
+/// while the order was still CREATED, and the payment committed only at 11:30 (a message
+/// ahead of its commit, a late callback); order 12's was skipped after SHIPPED (the
+/// rebalance incident), which a scan catches at its first tick.
+const LATE_LEDGER: &str = "\
+msg_id,order_id,event_type,expected_status,action,observed_status,topic,kafka_partition,kafka_offset,consumer_id,decided_at
+p11,11,ORDER_PAID,PAID,SKIPPED,CREATED,order-event,1,10,c-1,2026-11-29T09:00:00Z
+p12,12,ORDER_PAID,PAID,SKIPPED,SHIPPED,order-event,2,20,c-2,2026-11-29T10:00:00Z
+p13,13,ORDER_PAID,PAID,DONE,PAID,order-event,3,30,c-3,2026-11-29T09:00:02Z
+";
+
+const LATE_HISTORY: &str = "\
+order_id,status,changed_at
+11,CREATED,2026-11-29T08:00:00Z
+11,PAID,2026-11-29T11:30:00Z
+12,CREATED,2026-11-29T09:00:00Z
+12,PAID,2026-11-29T09:55:00Z
+12,SHIPPED,2026-11-29T09:58:00Z
+13,CREATED,2026-11-29T08:50:00Z
+13,PAID,2026-11-29T09:00:00Z
+";
+
+#[test]
+fn the_scan_ttl_covers_the_latest_wrong_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("csv");
+    std::fs::create_dir(&csv).unwrap();
+    std::fs::write(csv.join("ledger.csv"), LATE_LEDGER).unwrap();
+    std::fs::write(csv.join("status_history.csv"), LATE_HISTORY).unwrap();
+    // Order 13 was paid and granted: the receipts are not empty.
+    for (source, effect) in [("points", "points_grant"), ("wms", "wms_lock"), ("logistics", "")] {
+        let mut rows = "receipt_id,order_id,effect,msg_id,status,created_at\n".to_string();
+        if !effect.is_empty() {
+            rows.push_str(&format!("{source}-13,13,{effect},p13,SUCCEEDED,2026-11-29T09:00:01Z\n"));
+        }
+        std::fs::write(csv.join(format!("receipts_{source}.csv")), rows).unwrap();
+    }
+    let snapshot = dir.path().join("snap");
+    block_on(snapshot_from_csv(&csv, &location(&snapshot), "2026-11-29T16:00:00Z"));
+    let runs = dir.path().join("runs");
+    let output = command(&["run", "--snapshot", snapshot.to_str().unwrap()])
+        .args(["--out", runs.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let plan = AdvisePlan {
+        snapshot: location(&snapshot),
+        run: Some(location(&runs.join("run=20261129T160000Z"))),
+        rules: RuleSet::default_rules().unwrap(),
+        rebalance_window: 30 * 60 * 1_000 * MS,
+    };
+    let advice = block_on(advise::advise(&plan)).unwrap();
+    assert_eq!(advice.verdicts.as_ref().unwrap().get("WRONG"), Some(&2), "{advice:?}");
+    // 2 h 30 m from order 11's skip to its payment, plus the 5-minute interval.
+    let (ttl, arithmetic) = advice.scan_ttl.clone().unwrap();
+    assert_eq!(ttl, (2 * 60 + 35) * 60 * 1_000 * MS, "{arithmetic}");
+    assert!(arithmetic.starts_with("2 WRONG skips, 1 of them decided before"), "{arithmetic}");
+    assert!(advice.render().contains("advised scan TTL (state-machine+scan:5m:TTL): 2h 35m"));
+}

@@ -382,7 +382,11 @@ fn the_new_policies_nets_are_exact_in_every_world() {
         let reports = block_on(simulate::simulate(&plan)).unwrap();
         for r in &reports {
             let net = r.net.as_ref().unwrap();
-            assert!(net.exact, "{} (backlog {backlog}): {} mismatches in {}", r.label, net.mismatches, net.run);
+            assert!(
+                net.exact,
+                "{} (backlog {backlog}): {} mismatches in {}",
+                r.label, net.mismatches, net.run
+            );
         }
         let by = |label: &str| reports.iter().find(|r| r.label == label).unwrap();
         assert_eq!(by("obligation").outcome.lost, 0);

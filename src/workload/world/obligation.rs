@@ -71,7 +71,8 @@ impl World {
                     .collect();
                 let attempts = attempts(&calls, message.action);
                 let claim = self.claim_after(rng, &wakes, due);
-                let done = self.perform(rng, out, outcome, provider, &message, claim, void_at, &attempts);
+                let done =
+                    self.perform(rng, out, outcome, provider, &message, claim, void_at, &attempts);
                 if let Some(done) = done {
                     done_at = Some(done_at.map_or(done, |d: Micros| d.max(done)));
                 }
@@ -112,7 +113,8 @@ impl World {
         attempts: &[Attempt],
     ) -> Option<Micros> {
         let record = |out: &mut OrderRows, status, at| {
-            let seq = out.receipts.iter().filter(|r| r.provider == provider).map(|r| r.seq + 1).max();
+            let seq =
+                out.receipts.iter().filter(|r| r.provider == provider).map(|r| r.seq + 1).max();
             out.receipts.push(ReceiptEntry {
                 provider,
                 seq: seq.unwrap_or(0),

@@ -98,9 +98,8 @@ impl World {
     /// it is skipped and its calls never happen.
     fn postpone(&self, out: &mut OrderRows, index: usize, delay: Micros, skip: bool) {
         let entry = out.ledger[index];
-        let own = |r: &super::model::ReceiptEntry| {
-            r.msg_id == Some(entry.msg_id) && r.produced.is_some()
-        };
+        let own =
+            |r: &super::model::ReceiptEntry| r.msg_id == Some(entry.msg_id) && r.produced.is_some();
         if skip {
             out.receipts.retain(|r| !own(r));
             out.ledger[index].action = LedgerAction::Skipped;
