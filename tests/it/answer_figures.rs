@@ -1,6 +1,7 @@
-//! The answer page's main table is what the model gives: the 100,000-order, 7-policy
-//! `simulate` of docs/REVERSIBLE-SKIPS.md is run exactly as the page shows it, and every
-//! line of the table the page quotes must be in its output. A change of the model that
+//! The answer page's main tables are what the model gives: the 100,000-order, 7-policy
+//! `simulate` of docs/REVERSIBLE-SKIPS.md, and the five worlds of its re-ranking, are run
+//! exactly as the page shows them, and every line of the tables the page quotes must be
+//! in their output. A change of the model that
 //! moves a published number fails here until the page (and its Chinese version, kept in
 //! step by `zh_docs`) is regenerated with `scripts/reversible-skips-figures`.
 
@@ -61,6 +62,51 @@ fn the_answer_pages_policy_table_is_what_simulate_prints() {
         assert!(
             printed.contains(&line.trim_end()),
             "docs/REVERSIBLE-SKIPS.md quotes a line simulate no longer prints (regenerate the page with scripts/reversible-skips-figures):\n  page:    {line}\n  printed:\n{stdout}"
+        );
+    }
+}
+
+/// The re-ranking's commands are recognised by their policy list.
+const RANK_MARKER: &str = "--policies skip,state-machine+scan:5m:2h,fenced,";
+
+/// The commands of one `sh` block: each starts with `effect-recon`, continuation lines
+/// joined.
+fn commands(lines: &[String]) -> Vec<Vec<String>> {
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    for line in lines {
+        if line.starts_with("effect-recon") || commands.is_empty() {
+            commands.push(Vec::new());
+        }
+        commands.last_mut().unwrap().push(line.clone());
+    }
+    commands.iter().map(|c| command(c, "/unused")).collect()
+}
+
+#[test]
+fn the_answer_pages_re_ranking_is_what_simulate_prints() {
+    let page = std::fs::read_to_string(repo("docs/REVERSIBLE-SKIPS.md")).unwrap();
+    let blocks = blocks(&page);
+    let at = blocks
+        .iter()
+        .position(|(info, lines)| info == "sh" && lines.iter().any(|l| l.contains(RANK_MARKER)))
+        .expect("the page shows the re-ranking's simulate commands");
+    let commands = commands(&blocks[at].1);
+    assert_eq!(commands.len(), 5, "five worlds: {commands:?}");
+    let mut printed = String::new();
+    for args in &commands {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = effect_recon(&args);
+        let (stdout, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        printed.push_str(&stdout);
+    }
+    let lines: Vec<&str> = printed.lines().map(str::trim_end).collect();
+    let table = &blocks[at + 1].1;
+    assert_eq!(table.len(), 5 * 8, "five tables of six policies: {table:?}");
+    for line in table {
+        assert!(
+            lines.contains(&line.trim_end()),
+            "docs/REVERSIBLE-SKIPS.md quotes a re-ranking line simulate no longer prints (regenerate the page with scripts/reversible-skips-figures):\n  page:    {line}\n  printed:\n{printed}"
         );
     }
 }
