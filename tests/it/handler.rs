@@ -45,6 +45,14 @@
 //!   without dedup and with every fault → doubles > 0 (a lost response, a zombie stalled
 //!   after its call): the business key is what covers those.
 //!
+//! **The nightly run over the result.** After each load, `effect-recon nightly` exports
+//! what the handler left (the consumers' `idempotent_msg`, kept by the obligation handler
+//! only to deduplicate deliveries; the order service's `order_status_history`, written in
+//! its status transaction; the provider's grants, a reversed one read REVERSED) and runs the
+//! default rules at a 1 s grace. Its BREAK findings must be exactly what DESIGN §5/§10.1
+//! make of the rows, judged here in plain Rust, and its missing effects exactly the effects
+//! the handler lost (shown failing once by reading reversed grants as SUCCEEDED).
+//!
 //! Before the load, `protocol_steps` replays the protocol on each database without the
 //! group, every outcome exact: a zombie fenced before its call, a zombie fenced at its
 //! finish after its call, a void while claimed, a late PAID after the tombstone, a grant
@@ -584,6 +592,11 @@ const ORDERS_PG: &str =
     "CREATE TABLE orders (order_id bigint PRIMARY KEY, status text NOT NULL, version integer NOT NULL)";
 const ORDER_CREATE: &str = "INSERT INTO orders (order_id, status, version) VALUES (?, ?, 1)";
 const ORDER_CHANGE: &str = "UPDATE orders SET status = ?, version = version + 1 WHERE order_id = ?";
+/// The status history the nightly run reads (sql/schema's table), in wall-clock time as the
+/// provider's receipts are: the leases' logical clock would put every change of a
+/// rebalance interval at one instant.
+const HISTORY_INSERT: &str =
+    "INSERT INTO order_status_history (order_id, status, changed_at) VALUES (?, ?, ?)";
 
 /// The provider's own table: one row per grant (or per reversal tombstone). With dedup the
 /// business key is UNIQUE and a grant or reversal of a key already there does nothing new.
@@ -630,6 +643,14 @@ const REVERSE_DEDUP_PG: &str = "INSERT INTO provider_receipt (business_key, effe
     request_key, caller, receipt_id, reversed_at) VALUES (?, ?, ?, ?, ?, ?, CURRENT_TIMESTAMP(6)) \
     ON CONFLICT (business_key) DO UPDATE \
     SET reversed_at = COALESCE(provider_receipt.reversed_at, CURRENT_TIMESTAMP(6))";
+
+// The obligation handler's delivery record: a plain INSERT, a duplicate ignored.
+const DELIVERY_MYSQL: &str = "INSERT IGNORE INTO idempotent_msg (msg_id, order_id, event_type, \
+    expected_status, action, topic, kafka_partition, kafka_offset, consumer_id, decided_at) \
+    VALUES (?, ?, ?, ?, 'DONE', 'order-event', ?, ?, ?, ?)";
+const DELIVERY_PG: &str = "INSERT INTO idempotent_msg (msg_id, order_id, event_type, \
+    expected_status, action, topic, kafka_partition, kafka_offset, consumer_id, decided_at) \
+    VALUES (?, ?, ?, ?, 'DONE', 'order-event', ?, ?, ?, ?) ON CONFLICT (msg_id) DO NOTHING";
 
 // The naive handler's statements (the ledger is sql/schema/{mysql,postgres}.sql's).
 const LEDGER_LOCK: &str = "SELECT action FROM idempotent_msg WHERE msg_id = ? FOR UPDATE";
@@ -1167,7 +1188,7 @@ async fn naive_once(
         msg.partition as i64,
         msg.offset as i64,
         &format!("consumer-{me}"),
-        world.now(),
+        Utc::now(),
     ];
     tx.exec(LEDGER_INSERT, row).await?;
     tx.commit().await?;
@@ -1334,8 +1355,27 @@ async fn handle(world: &World, me: usize, msg: &Msg) {
             for claim in &claims {
                 perform(world, claim).await;
             }
+            record_delivery(world, me, msg).await;
         }
     }
+}
+
+/// The obligation handler's consumers keep `idempotent_msg` only to deduplicate
+/// deliveries: one DONE row per message, claimed by INSERT on its own (a duplicate, 1062 /
+/// 23505, is a redelivery: nothing to do), never a verdict on the order's status.
+async fn record_delivery(world: &World, me: usize, msg: &Msg) {
+    let sql = world.db.pick(DELIVERY_MYSQL, DELIVERY_PG);
+    let row = vals![
+        &msg.id,
+        msg.order,
+        msg.status.event(),
+        msg.status.as_str(),
+        msg.partition as i64,
+        msg.offset as i64,
+        &format!("consumer-{me}"),
+        Utc::now(),
+    ];
+    retried!(world, "delivery record", world.db.exec(sql, row));
 }
 
 // ---------------------------------------------------------------- zombies
@@ -1546,6 +1586,9 @@ async fn change_status_once(
     } else if change.applies {
         tx.exec(ORDER_CHANGE, vals![status, order]).await?;
     }
+    if k == 0 || change.applies {
+        tx.exec(HISTORY_INSERT, vals![order, status, Utc::now()]).await?;
+    }
     if let Handler::Obligation { .. } = world.handler {
         for effect in &EFFECTS {
             let key = business_key(effect, order);
@@ -1621,28 +1664,30 @@ struct Outcome {
     wall: Duration,
     p50: Duration,
     p99: Duration,
+    /// What the nightly run over the handler's tables found (checked against the rows).
+    net: String,
 }
 
 async fn fresh_tables(db: &Db, handler: Handler) {
-    db.script("DROP TABLE IF EXISTS orders, idempotent_msg, effect_obligation, provider_receipt")
-        .await;
+    db.script(
+        "DROP TABLE IF EXISTS orders, idempotent_msg, order_status_history, effect_obligation, \
+         provider_receipt",
+    )
+    .await;
     db.script(db.pick(ORDERS_MYSQL, ORDERS_PG)).await;
     db.script(&provider_ddl(db.is_mysql(), handler.dedup())).await;
-    match handler {
-        Handler::Naive => {
-            db.script(db.pick(
-                include_str!("../../sql/schema/mysql.sql"),
-                include_str!("../../sql/schema/postgres.sql"),
-            ))
-            .await
-        }
-        Handler::Obligation { .. } => {
-            db.script(db.pick(
-                include_str!("../../sql/schema/obligation.mysql.sql"),
-                include_str!("../../sql/schema/obligation.postgres.sql"),
-            ))
-            .await
-        }
+    // The ledger and the status history the nightly run reads, for both handlers.
+    db.script(db.pick(
+        include_str!("../../sql/schema/mysql.sql"),
+        include_str!("../../sql/schema/postgres.sql"),
+    ))
+    .await;
+    if let Handler::Obligation { .. } = handler {
+        db.script(db.pick(
+            include_str!("../../sql/schema/obligation.mysql.sql"),
+            include_str!("../../sql/schema/obligation.postgres.sql"),
+        ))
+        .await
     }
 }
 
@@ -1738,7 +1783,9 @@ async fn run(url: &str, load: &Arc<Load>, handler: Handler) -> Outcome {
             sweep(&world, world.now()).await;
         }
     }
-    outcome(&world, wall).await
+    let mut outcome = outcome(&world, wall).await;
+    outcome.net = nightly_net(url, &world, &outcome).await;
+    outcome
 }
 
 fn rethrow(joined: Result<(), tokio::task::JoinError>) {
@@ -1903,12 +1950,174 @@ fn say(database: &str, seed: u64, handler: Handler, o: &Outcome) {
         o.p99.as_secs_f64() * 1e3,
         o.wall.as_secs_f64(),
     ));
+    line.push_str(&format!("; {}", o.net));
     say_line(&line);
 }
 
 // ---------------------------------------------------------------- the tests
 
 /// An order's obligations: (effect, state, generation), by effect.
+// ---------------------------------------------------------------- the nightly run over the result
+
+/// The job config of the nightly run over what a handler left: its consumers' ledger, the
+/// order service's status history and the provider's receipts (one source per effect; a
+/// reversed grant reads REVERSED), with the default rules at a grace of 1 s.
+fn net_job(url: &str, dir: &std::path::Path) -> String {
+    let rules = std::fs::read_to_string(super::common::repo("fixtures/rules.toml")).unwrap();
+    std::fs::write(
+        dir.join("rules.toml"),
+        rules.replace("grace         = \"30m\"", "grace         = \"1s\""),
+    )
+    .unwrap();
+    let (lower, cut) = if url.starts_with("postgres") { ("$1", "$2") } else { ("?", "?") };
+    let source = |table: &str, name: &str, query: &str| {
+        format!("\n[[source]]\ntable = \"{table}\"\nname = \"{name}\"\nurl = \"{url}\"\nquery = \"\"\"\n{query}\n\"\"\"\n")
+    };
+    let mut job = format!("root = \"{}\"\nrules = \"rules.toml\"\n", dir.join("recon").display());
+    job += &source(
+        "ledger",
+        "consumers",
+        &format!(
+            "SELECT msg_id, order_id, event_type, expected_status, action, observed_status, topic, \
+             kafka_partition, kafka_offset, consumer_id, decided_at FROM idempotent_msg \
+             WHERE decided_at > {lower} AND decided_at <= {cut}"
+        ),
+    );
+    job += &source(
+        "status_history",
+        "orders",
+        &format!(
+            "SELECT order_id, status, changed_at FROM order_status_history \
+             WHERE changed_at > {lower} AND changed_at <= {cut}"
+        ),
+    );
+    for effect in &EFFECTS {
+        let query = format!(
+            "SELECT receipt_id, order_id, effect, request_key AS msg_id, \
+             CASE WHEN reversed_at IS NULL THEN 'SUCCEEDED' ELSE 'REVERSED' END AS status, \
+             granted_at AS created_at FROM provider_receipt WHERE effect = '{}' \
+             AND granted_at > {lower} AND granted_at <= {cut}",
+            effect.name
+        );
+        job += &source("receipts", effect.name, &query);
+    }
+    job
+}
+
+/// What DESIGN §5 and §10.1 make of the handler's tables, computed here from the rows
+/// (never by the run's SQL): per (effect, order), MISSING (due, never voided, no grant in
+/// force), ORPHAN_EFFECT, UNREVERSED_EFFECT, DUPLICATE_EFFECT; every one a BREAK once the
+/// 1 s grace has passed.
+async fn judged_from_rows(world: &World) -> BTreeSet<(String, i64, String)> {
+    let db = &world.db;
+    let history = db.rows("SELECT order_id, status FROM order_status_history", &[]).await.unwrap();
+    let reached = |order: i64, statuses: &[Status]| {
+        history
+            .iter()
+            .any(|r| r.int(0) == order && statuses.iter().any(|s| s.as_str() == r.text(1)))
+    };
+    let receipts = db
+        .rows(
+            "SELECT effect, order_id, \
+             COUNT(CASE WHEN granted_at IS NOT NULL AND reversed_at IS NULL THEN 1 END) \
+             FROM provider_receipt GROUP BY effect, order_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let ok = |effect: &str, order: i64| {
+        receipts.iter().find(|r| r.text(0) == effect && r.int(1) == order).map_or(0, |r| r.int(2))
+    };
+    let mut judged = BTreeSet::new();
+    for &order in &world.load.orders {
+        for effect in &EFFECTS {
+            let (due, voided) = (reached(order, &[effect.due]), reached(order, effect.voids));
+            let ok = ok(effect.name, order);
+            let class = match () {
+                _ if due && !voided && ok == 0 => "MISSING",
+                _ if !due && ok >= 1 => "ORPHAN_EFFECT",
+                _ if due && voided && effect.reverse_on_void && ok >= 1 => "UNREVERSED_EFFECT",
+                _ if due && ok >= 2 => "DUPLICATE_EFFECT",
+                _ => continue,
+            };
+            judged.insert((effect.name.to_string(), order, class.to_string()));
+        }
+    }
+    judged
+}
+
+/// Runs `effect-recon nightly` over the tables a handler left and checks its BREAK
+/// findings are exactly what the rows say, and its missing effects exactly the effects
+/// the handler lost.
+async fn nightly_net(url: &str, world: &World, outcome: &Outcome) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.toml");
+    std::fs::write(&job, net_job(url, dir.path())).unwrap();
+    // Every grace (1 s) over before the cut, which is now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let output = super::common::command(&["nightly", "--config", job.to_str().unwrap(), "-q"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = super::common::text(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "nightly over the handler's tables: {stdout}{stderr}"
+    );
+    let recon = dir.path().join("recon");
+    let run = std::fs::read_dir(&recon)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("run="))
+        .expect("the nightly's run folder");
+    let mut found = BTreeSet::new();
+    for batch in super::common::read_output(&run, "discrepancies") {
+        let text = |name: &str| {
+            let column = batch.column_by_name(name).unwrap();
+            effect_recon::datafusion::arrow::compute::cast(
+                column,
+                &effect_recon::datafusion::arrow::datatypes::DataType::Utf8,
+            )
+            .unwrap()
+        };
+        let (effect, order, class, verdict) =
+            (text("effect"), text("order_id"), text("class"), text("verdict"));
+        let string = |a: &effect_recon::datafusion::arrow::array::ArrayRef, i: usize| {
+            a.as_any()
+                .downcast_ref::<effect_recon::datafusion::arrow::array::StringArray>()
+                .unwrap()
+                .value(i)
+                .to_string()
+        };
+        for i in 0..batch.num_rows() {
+            assert_eq!(string(&verdict, i), "BREAK", "every grace is over");
+            let class = match string(&class, i).as_str() {
+                "SKIPPED_BUT_DUE" | "DONE_NO_RECEIPT" | "REVIEW_STALLED" | "NO_LEDGER_ENTRY" => {
+                    "MISSING".to_string()
+                }
+                other => other.to_string(),
+            };
+            found.insert((string(&effect, i), string(&order, i).parse::<i64>().unwrap(), class));
+        }
+    }
+    let judged = judged_from_rows(world).await;
+    assert_eq!(
+        found, judged,
+        "the nightly run over the handler's tables against the rows' own judgement"
+    );
+    let missing = found.iter().filter(|f| f.2 == "MISSING").count();
+    assert_eq!(missing, outcome.lost, "the run's missing effects are the handler's lost ones");
+    let count = |class: &str| found.iter().filter(|f| f.2 == class).count();
+    format!(
+        "the nightly run over its tables: {} BREAK (missing {missing}, duplicate {}, unreversed {}, orphan {}), \
+         equal to the rows' own judgement",
+        found.len(),
+        count("DUPLICATE_EFFECT"),
+        count("UNREVERSED_EFFECT"),
+        count("ORPHAN_EFFECT")
+    )
+}
+
 async fn states(world: &World, order: i64) -> Vec<(String, String, i64)> {
     let sql = "SELECT effect, state, generation FROM effect_obligation WHERE order_id = ? \
                ORDER BY effect";
