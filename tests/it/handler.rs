@@ -1956,7 +1956,6 @@ fn say(database: &str, seed: u64, handler: Handler, o: &Outcome) {
 
 // ---------------------------------------------------------------- the tests
 
-/// An order's obligations: (effect, state, generation), by effect.
 // ---------------------------------------------------------------- the nightly run over the result
 
 /// The job config of the nightly run over what a handler left: its consumers' ledger, the
@@ -2118,6 +2117,7 @@ async fn nightly_net(url: &str, world: &World, outcome: &Outcome) -> String {
     )
 }
 
+/// An order's obligations: (effect, state, generation), by effect.
 async fn states(world: &World, order: i64) -> Vec<(String, String, i64)> {
     let sql = "SELECT effect, state, generation FROM effect_obligation WHERE order_id = ? \
                ORDER BY effect";

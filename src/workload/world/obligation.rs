@@ -144,7 +144,7 @@ impl World {
                     if let Some(status) = twice {
                         let again = claim + LEASE + rng.between(0, SECOND_MICROS);
                         let call = again + rng.between(2 * MILLI_MICROS, 80 * MILLI_MICROS);
-                        if !void_at.is_some_and(|v| v <= call) {
+                        if void_at.is_none_or(|v| v > call) {
                             outcome.charge(Work::Attempt, 2, 2);
                             record(out, status, call);
                             done = call + rng.between(MILLI_MICROS, 20 * MILLI_MICROS);
