@@ -1954,8 +1954,6 @@ fn say(database: &str, seed: u64, handler: Handler, o: &Outcome) {
     say_line(&line);
 }
 
-// ---------------------------------------------------------------- the tests
-
 // ---------------------------------------------------------------- the nightly run over the result
 
 /// The job config of the nightly run over what a handler left: its consumers' ledger, the
@@ -2116,6 +2114,8 @@ async fn nightly_net(url: &str, world: &World, outcome: &Outcome) -> String {
         count("ORPHAN_EFFECT")
     )
 }
+
+// ---------------------------------------------------------------- the tests
 
 /// An order's obligations: (effect, state, generation), by effect.
 async fn states(world: &World, order: i64) -> Vec<(String, String, i64)> {

@@ -379,7 +379,7 @@ impl World {
 
     /// Calls `event`'s providers from `t` on, the receipts naming `msg_id`; returns when
     /// the decision is recorded.
-    pub(super) fn call(
+    fn call(
         &self,
         rng: &mut SplitMix64,
         out: &mut OrderRows,
