@@ -214,9 +214,10 @@ impl World {
                 Mechanism::Zombie { .. } if status == Status::Paid => {
                     // The old owner fetched it before the rebalance and finishes it late.
                     consumer = self.owner(partition, produced);
-                    revoked_at = Some(self.next_rebalance(produced));
                     let shipped = out.change(Status::Shipped).unwrap_or(at);
                     start = shipped + rng.between(MINUTE_MICROS, 10 * MINUTE_MICROS);
+                    // A zombie only once the partition was taken from it before its write.
+                    revoked_at = Some(self.next_rebalance(produced)).filter(|&r| r <= start);
                 }
                 Mechanism::CancelRace if seq + 1 == last => {
                     start =
