@@ -1,7 +1,7 @@
 //! `advise` on generated days: it recovers the consumer lag the generator was given, and
 //! its suggested rules parse.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use effect_recon::advise::{self, AdvisePlan};
 use effect_recon::config::RuleSet;
@@ -173,20 +173,26 @@ order_id,status,changed_at
 5,SHIPPED,2026-11-29T09:10:00Z
 ";
 
+/// A snapshot cut at 2026-11-29T16:00:00Z, under `dir`/snap, of a ledger, a status history
+/// and receipt sources (name, CSV rows without the header), all CSV.
+fn csv_snapshot(dir: &Path, ledger: &str, history: &str, receipts: &[(&str, &str)]) -> PathBuf {
+    let csv = dir.join("csv");
+    std::fs::create_dir(&csv).unwrap();
+    std::fs::write(csv.join("ledger.csv"), ledger).unwrap();
+    std::fs::write(csv.join("status_history.csv"), history).unwrap();
+    for (source, rows) in receipts {
+        let text = format!("receipt_id,order_id,effect,msg_id,status,created_at\n{rows}");
+        std::fs::write(csv.join(format!("receipts_{source}.csv")), text).unwrap();
+    }
+    let snapshot = dir.join("snap");
+    block_on(snapshot_from_csv(&csv, &location(&snapshot), "2026-11-29T16:00:00Z"));
+    snapshot
+}
+
 #[test]
 fn each_reorder_mechanism_is_told_by_its_fingerprint() {
     let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("csv");
-    std::fs::create_dir(&csv).unwrap();
-    std::fs::write(csv.join("ledger.csv"), LEDGER).unwrap();
-    std::fs::write(csv.join("status_history.csv"), HISTORY).unwrap();
-    std::fs::write(
-        csv.join("receipts_points.csv"),
-        "receipt_id,order_id,effect,msg_id,status,created_at\n",
-    )
-    .unwrap();
-    let snapshot = dir.path().join("snap");
-    block_on(snapshot_from_csv(&csv, &location(&snapshot), "2026-11-29T16:00:00Z"));
+    let snapshot = csv_snapshot(dir.path(), LEDGER, HISTORY, &[("points", "")]);
     let advice = advice(&snapshot);
     use ReorderMechanism::*;
     let found: Vec<_> = advice.mechanisms.iter().map(|(m, n)| (*m, *n)).collect();
@@ -233,20 +239,13 @@ order_id,status,changed_at
 #[test]
 fn the_scan_ttl_covers_the_latest_wrong_skip() {
     let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("csv");
-    std::fs::create_dir(&csv).unwrap();
-    std::fs::write(csv.join("ledger.csv"), LATE_LEDGER).unwrap();
-    std::fs::write(csv.join("status_history.csv"), LATE_HISTORY).unwrap();
     // Order 13 was paid and granted: the receipts are not empty.
-    for (source, effect) in [("points", "points_grant"), ("wms", "wms_lock"), ("logistics", "")] {
-        let mut rows = "receipt_id,order_id,effect,msg_id,status,created_at\n".to_string();
-        if !effect.is_empty() {
-            rows.push_str(&format!("{source}-13,13,{effect},p13,SUCCEEDED,2026-11-29T09:00:01Z\n"));
-        }
-        std::fs::write(csv.join(format!("receipts_{source}.csv")), rows).unwrap();
-    }
-    let snapshot = dir.path().join("snap");
-    block_on(snapshot_from_csv(&csv, &location(&snapshot), "2026-11-29T16:00:00Z"));
+    let receipts = [
+        ("points", "points-13,13,points_grant,p13,SUCCEEDED,2026-11-29T09:00:01Z\n"),
+        ("wms", "wms-13,13,wms_lock,p13,SUCCEEDED,2026-11-29T09:00:01Z\n"),
+        ("logistics", ""),
+    ];
+    let snapshot = csv_snapshot(dir.path(), LATE_LEDGER, LATE_HISTORY, &receipts);
     let runs = dir.path().join("runs");
     let output = command(&["run", "--snapshot", snapshot.to_str().unwrap()])
         .args(["--out", runs.to_str().unwrap()])

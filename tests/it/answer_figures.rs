@@ -29,6 +29,18 @@ fn blocks(page: &str) -> Vec<(String, Vec<String>)> {
     blocks
 }
 
+/// docs/REVERSIBLE-SKIPS.md's `sh` block that holds `marker`, and the block after it (what
+/// the page says the commands print).
+fn commands_and_output(marker: &str) -> (Vec<String>, Vec<String>) {
+    let page = std::fs::read_to_string(repo("docs/REVERSIBLE-SKIPS.md")).unwrap();
+    let blocks = blocks(&page);
+    let at = blocks
+        .iter()
+        .position(|(info, lines)| info == "sh" && lines.iter().any(|l| l.contains(marker)))
+        .unwrap_or_else(|| panic!("the page shows a simulate command with {marker}"));
+    (blocks[at].1.clone(), blocks[at + 1].1.clone())
+}
+
 /// The arguments of the page's command (continuation lines joined), the output dir
 /// replaced by `out`.
 fn command(lines: &[String], out: &str) -> Vec<String> {
@@ -43,16 +55,10 @@ fn command(lines: &[String], out: &str) -> Vec<String> {
 
 #[test]
 fn the_answer_pages_policy_table_is_what_simulate_prints() {
-    let page = std::fs::read_to_string(repo("docs/REVERSIBLE-SKIPS.md")).unwrap();
-    let blocks = blocks(&page);
-    let at = blocks
-        .iter()
-        .position(|(info, lines)| info == "sh" && lines.iter().any(|l| l.contains(MARKER)))
-        .expect("the page shows the 7-policy simulate command");
-    let table = &blocks[at + 1].1;
+    let (shown, table) = commands_and_output(MARKER);
     assert!(table.len() >= 9, "the page's table: {table:?}");
     let out = tempfile::tempdir().unwrap();
-    let args = command(&blocks[at].1, out.path().to_str().unwrap());
+    let args = command(&shown, out.path().to_str().unwrap());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = effect_recon(&args);
     let (stdout, stderr) = text(&output);
@@ -84,13 +90,8 @@ fn commands(lines: &[String]) -> Vec<Vec<String>> {
 
 #[test]
 fn the_answer_pages_re_ranking_is_what_simulate_prints() {
-    let page = std::fs::read_to_string(repo("docs/REVERSIBLE-SKIPS.md")).unwrap();
-    let blocks = blocks(&page);
-    let at = blocks
-        .iter()
-        .position(|(info, lines)| info == "sh" && lines.iter().any(|l| l.contains(RANK_MARKER)))
-        .expect("the page shows the re-ranking's simulate commands");
-    let commands = commands(&blocks[at].1);
+    let (shown, table) = commands_and_output(RANK_MARKER);
+    let commands = commands(&shown);
     assert_eq!(commands.len(), 5, "five worlds: {commands:?}");
     let mut printed = String::new();
     for args in &commands {
@@ -101,7 +102,6 @@ fn the_answer_pages_re_ranking_is_what_simulate_prints() {
         printed.push_str(&stdout);
     }
     let lines: Vec<&str> = printed.lines().map(str::trim_end).collect();
-    let table = &blocks[at + 1].1;
     assert_eq!(table.len(), 5 * 8, "five tables of six policies: {table:?}");
     for line in table {
         assert!(
