@@ -394,3 +394,25 @@ fn the_new_policies_nets_are_exact_in_every_world() {
         assert_eq!(by("obligation").net.as_ref().unwrap().skipped_but_due(), 0);
     }
 }
+
+#[test]
+fn a_bad_world_or_policy_is_refused_naming_the_flag_and_writing_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim");
+    let out = out.to_str().unwrap();
+    let cases: [(&[&str], &str); 4] = [
+        (&["--restart-backlog", "4h"], "--restart-backlog: 4h must be at least 0 and shorter than the time between two rebalances (3h)"),
+        (&["--restart-backlog", "3m", "--rebalances-per-hour", "30"], "--restart-backlog: 3m must be at least 0 and shorter than the time between two rebalances (2m)"),
+        (&["--policies", "skip,versioned"], "--policies: 'versioned' is not a policy"),
+        (&["--policies", "obligation:5s"], "--policies: 'obligation:5s' is not a policy"),
+    ];
+    for (args, said) in cases {
+        let mut all = vec!["simulate", "--orders", "50", "--out", out];
+        all.extend_from_slice(args);
+        let output = super::common::effect_recon(&all);
+        let (_, stderr) = super::common::text(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+        assert!(!Path::new(out).exists(), "{args:?} wrote {out}");
+    }
+}
