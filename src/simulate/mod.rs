@@ -25,7 +25,9 @@ use crate::time::{format_approx, Micros, HOUR_MICROS, SECOND_MICROS};
 use crate::verify::{self, VerifyPlan};
 use crate::vocabulary::{Class, Verdict};
 use crate::workload::truth::TRUTH_FILE;
-use crate::workload::world::{Fault, Lag, OrderRows, Policy, PolicyOutcome, World};
+use crate::workload::world::{
+    Fault, Lag, OrderRows, Policy, PolicyOutcome, World, REBALANCE_PERIOD,
+};
 use crate::workload::{self, WorkloadPlan};
 
 pub use chart::{policies_svg, sweep_svg, time_to_correct_svg};
@@ -88,17 +90,21 @@ impl SimPlan {
 
     /// The world every policy runs in.
     pub fn world(&self, rules: &RuleSet) -> Result<World> {
-        let mut world = self
+        let world = self
             .gen_plan()
             .world(rules)
             .with_lag(self.lag)
             .with_read_lag(self.read_lag)
             .with_restart_backlog(self.restart_backlog)
-            .with_provider_dedup(self.provider_dedup);
-        if let Some(rate) = self.rebalances_per_hour {
-            world = world.with_rebalance_period((HOUR_MICROS as f64 / rate).round() as Micros);
-        }
+            .with_provider_dedup(self.provider_dedup)
+            .with_rebalance_period(self.rebalance_period());
         Ok(world)
+    }
+
+    /// The time between two rebalances: `--rebalances-per-hour`, else the world's default.
+    fn rebalance_period(&self) -> Micros {
+        self.rebalances_per_hour
+            .map_or(REBALANCE_PERIOD, |rate| (HOUR_MICROS as f64 / rate).round() as Micros)
     }
 
     /// The generator plan with the fault rates scaled to the rebalance rate.
@@ -126,9 +132,7 @@ impl SimPlan {
                 ));
             }
         }
-        let period = self
-            .rebalances_per_hour
-            .map_or(3 * HOUR_MICROS, |rate| (HOUR_MICROS as f64 / rate).round() as Micros);
+        let period = self.rebalance_period();
         if self.restart_backlog < 0 || self.restart_backlog >= period {
             return Err(Error::argument(
                 "--restart-backlog",

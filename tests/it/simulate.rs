@@ -283,7 +283,7 @@ fn costs_add_up() {
 // ---------------------------------------------------------------- the skip removed, the
 // reorder prevented (docs/REVERSIBLE-SKIPS.md, "The policies re-ranked")
 
-fn lost_and_wrong(world: &World, plan: &WorkloadPlan, policy: &str) -> PolicyOutcome {
+fn outcome_of(world: &World, plan: &WorkloadPlan, policy: &str) -> PolicyOutcome {
     run_policy(plan, world, &Policy::parse(policy).unwrap(), true, |_| {})
 }
 
@@ -305,7 +305,7 @@ fn fencing_has_the_old_owner_drain_the_incident_in_offset_order() {
     assert!(paid.decided_at < shipped.decided_at, "{paid:?} {shipped:?}");
     assert_eq!(paid.consumer, world.owner_at(paid.partition, paid.produced));
     assert_eq!(outcome.lost, 0);
-    assert_eq!(lost_and_wrong(&world, &plan, "skip").lost, 2, "points and wms under skip");
+    assert_eq!(outcome_of(&world, &plan, "skip").lost, 2, "points and wms under skip");
 }
 
 #[test]
@@ -315,7 +315,7 @@ fn a_restart_backlog_loses_effects_that_fencing_cannot_save() {
     // that moved on (an order shipped within minutes of its payment).
     let (plan, world) = world(FaultRates::none(), 3);
     let plan = WorkloadPlan { incident: false, ..plan };
-    let lost = |world: &World, policy: &str| lost_and_wrong(world, &plan, policy).lost;
+    let lost = |world: &World, policy: &str| outcome_of(world, &plan, policy).lost;
     for policy in ["skip", "fenced", "state-machine", "versioned:10m", "obligation"] {
         assert_eq!(lost(&world, policy), 0, "{policy} without a backlog");
     }
@@ -336,18 +336,18 @@ fn versions_know_a_status_was_reached_without_reading_it() {
     let (plan, world) = world(FaultRates::none(), 21);
     let world = world.with_read_lag(3 * SECOND);
     let plan = WorkloadPlan { orders: 400, incident: false, ..plan };
-    let state_machine = lost_and_wrong(&world, &plan, "state-machine");
+    let state_machine = outcome_of(&world, &plan, "state-machine");
     assert!(state_machine.lost > 300, "{}", state_machine.lost);
-    let versioned = lost_and_wrong(&world, &plan, "versioned:10m");
+    let versioned = outcome_of(&world, &plan, "versioned:10m");
     assert_eq!(versioned.lost, 0);
-    assert_eq!(lost_and_wrong(&world, &plan, "obligation").lost, 0);
+    assert_eq!(outcome_of(&world, &plan, "obligation").lost, 0);
 }
 
 #[test]
 fn the_obligation_loses_nothing_and_the_business_key_removes_every_double() {
     let (plan, world) = world(FaultRates::default(), 13);
-    let obligation = lost_and_wrong(&world, &plan, "obligation");
-    let skip = lost_and_wrong(&world, &plan, "skip");
+    let obligation = outcome_of(&world, &plan, "obligation");
+    let skip = outcome_of(&world, &plan, "skip");
     assert!(skip.lost > 0 && skip.duplicates > 0, "{skip:?}");
     // Lost calls are retried, forgotten reviews and unconsumed messages do not matter:
     // the debt exists from the status change on.
@@ -362,8 +362,8 @@ fn the_obligation_loses_nothing_and_the_business_key_removes_every_double() {
     }
     // What is still done after a void is a manual grant on an order never paid (an
     // orphan: no grant holds its key), the same under every policy.
-    let obligation = lost_and_wrong(&dedup, &plan, "obligation");
-    let skip = lost_and_wrong(&dedup, &plan, "skip");
+    let obligation = outcome_of(&dedup, &plan, "obligation");
+    let skip = outcome_of(&dedup, &plan, "skip");
     assert_eq!((obligation.lost, obligation.duplicates), (0, 0));
     assert_eq!(obligation.done_after_void, skip.done_after_void);
 }

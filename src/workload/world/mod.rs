@@ -29,8 +29,8 @@ pub const INCIDENT_SHIPPED_MSG: &str = "msg-7392";
 /// taken at a quiet point, so that a fault-free workload has no finding at all (every
 /// message produced by the cut is handled, with its receipts, by the cut).
 const QUIET: Micros = 5 * SECOND_MICROS;
-/// Time between two rebalances of the consumer group.
-const REBALANCE_PERIOD: Micros = 3 * HOUR_MICROS;
+/// Time between two rebalances of the consumer group, by default.
+pub const REBALANCE_PERIOD: Micros = 3 * HOUR_MICROS;
 
 mod expect;
 mod faults;

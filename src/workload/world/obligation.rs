@@ -11,7 +11,7 @@
 //! worker's twice (a crash between the call and the finish, the lease expiring), unless
 //! it deduplicates on the key (`simulate --provider-dedup`).
 
-use super::model::{MsgId, OrderRows, Provider, ReceiptEntry, Status};
+use super::model::{LedgerEntry, MsgId, OrderRows, Provider, ReceiptEntry, Status};
 use super::policy::{voids, PolicyOutcome, Work};
 use super::World;
 use crate::time::{Micros, MILLI_MICROS, SECOND_MICROS};
@@ -22,6 +22,17 @@ use crate::workload::rng::SplitMix64;
 const LEASE: Micros = 30 * SECOND_MICROS;
 /// The sweeper claims what no message woke once it is this old (and polls every second).
 const SWEEP_AFTER: Micros = 30 * SECOND_MICROS;
+
+/// One (order, effect) debt as its worker sees it.
+struct Debt<'a> {
+    provider: Provider,
+    /// The message whose status change made it due (its receipts name it).
+    message: LedgerEntry,
+    due: Micros,
+    void_at: Option<Micros>,
+    /// When the order's messages are handled, in order: each wakes a worker.
+    wakes: &'a [Micros],
+}
 
 /// How the provider met the consumer's calls for one (message, provider), in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,13 +80,10 @@ impl World {
                     .filter(|r| r.provider == provider && r.msg_id == Some(message.msg_id))
                     .map(|r| r.status)
                     .collect();
-                let attempts = attempts(&calls, message.action);
-                let claim = self.claim_after(rng, &wakes, due);
+                let debt = Debt { provider, message, due, void_at, wakes: &wakes };
                 let done =
-                    self.perform(rng, out, outcome, provider, &message, claim, void_at, &attempts);
-                if let Some(done) = done {
-                    done_at = Some(done_at.map_or(done, |d: Micros| d.max(done)));
-                }
+                    self.perform(rng, out, outcome, &debt, &attempts(&calls, message.action));
+                done_at = done_at.max(done);
             }
             // The ledger row of the message records that its effects are the obligations':
             // DONE, or SKIPPED when the void came before it (the tombstone's no-op).
@@ -98,20 +106,18 @@ impl World {
         wakes.iter().copied().find(|&w| w >= due).map_or(sweep, |w| w.min(sweep))
     }
 
-    /// The worker's attempts on one (order, effect) from `claim` on; returns when the
-    /// effect was done, if it was.
-    #[allow(clippy::too_many_arguments)]
+    /// The worker's attempts on one debt, from its first claim on; returns when the effect
+    /// was done, if it was.
     fn perform(
         &self,
         rng: &mut SplitMix64,
         out: &mut OrderRows,
         outcome: &mut PolicyOutcome,
-        provider: Provider,
-        message: &super::model::LedgerEntry,
-        mut claim: Micros,
-        void_at: Option<Micros>,
+        debt: &Debt,
         attempts: &[Attempt],
     ) -> Option<Micros> {
+        let (provider, message, void_at) = (debt.provider, &debt.message, debt.void_at);
+        let mut claim = self.claim_after(rng, debt.wakes, debt.due);
         let record = |out: &mut OrderRows, status, at| {
             let seq =
                 out.receipts.iter().filter(|r| r.provider == provider).map(|r| r.seq + 1).max();
@@ -150,7 +156,7 @@ impl World {
                             done = call + rng.between(MILLI_MICROS, 20 * MILLI_MICROS);
                         }
                     }
-                    self.reverse_after_void(rng, out, outcome, provider, void_at);
+                    self.reverse_after_void(rng, out, outcome, debt);
                     return Some(done);
                 }
             }
@@ -166,13 +172,11 @@ impl World {
         rng: &mut SplitMix64,
         out: &mut OrderRows,
         outcome: &mut PolicyOutcome,
-        provider: Provider,
-        void_at: Option<Micros>,
+        debt: &Debt,
     ) {
-        let Some(void_at) = void_at.filter(|_| provider.undone_on_void()) else { return };
-        let mut wakes: Vec<Micros> = out.ledger.iter().map(|e| e.decided_at).collect();
-        wakes.sort_unstable();
-        let claim = self.claim_after(rng, &wakes, void_at);
+        let provider = debt.provider;
+        let Some(void_at) = debt.void_at.filter(|_| provider.undone_on_void()) else { return };
+        let claim = self.claim_after(rng, debt.wakes, void_at);
         let reversed = claim + rng.between(2 * MILLI_MICROS, 80 * MILLI_MICROS);
         outcome.charge(Work::Attempt, 2, 2);
         for r in out.receipts.iter_mut().filter(|r| {

@@ -2,7 +2,7 @@
 //! reorder skipped: `fenced` (the Kafka-side prevention) and `versioned:TIMEOUT` (event
 //! versions, parking on a gap).
 
-use super::model::{MsgId, OrderRows, Status};
+use super::model::{MsgId, OrderRows, ReceiptEntry, Status};
 use super::policy::{voids, PolicyOutcome, Skipped, Work};
 use super::World;
 use crate::time::{Micros, MILLI_MICROS};
@@ -98,8 +98,7 @@ impl World {
     /// it is skipped and its calls never happen.
     fn postpone(&self, out: &mut OrderRows, index: usize, delay: Micros, skip: bool) {
         let entry = out.ledger[index];
-        let own =
-            |r: &super::model::ReceiptEntry| r.msg_id == Some(entry.msg_id) && r.produced.is_some();
+        let own = |r: &ReceiptEntry| r.msg_id == Some(entry.msg_id) && r.produced.is_some();
         if skip {
             out.receipts.retain(|r| !own(r));
             out.ledger[index].action = LedgerAction::Skipped;
