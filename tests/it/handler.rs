@@ -80,6 +80,12 @@ use sqlx::{Executor, Row as _};
 use tokio::sync::{mpsc, oneshot, watch, RwLock, RwLockReadGuard};
 use tokio::task::JoinSet;
 
+use effect_recon::datafusion::arrow::array::AsArray;
+use effect_recon::datafusion::arrow::compute::cast;
+use effect_recon::datafusion::arrow::datatypes::DataType;
+use effect_recon::vocabulary::Class;
+
+use super::common::{command, read_output, repo, text};
 use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
 use super::reliability::{seed, soak};
 
@@ -1735,8 +1741,24 @@ async fn world(
     (world, incoming)
 }
 
+/// A step of a run that must end within [`STEP_LIMIT`]: a stuck step fails the test with
+/// the group's state, never hangs the suite.
+async fn bounded<T>(world: &World, what: &str, step: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(STEP_LIMIT, step).await {
+        Ok(value) => value,
+        Err(_) => {
+            panic!("{}: {what} stuck for {STEP_LIMIT:?}: {}", world.handler.label(), world.state())
+        }
+    }
+}
+
+/// The longest any step of a run may take (a whole run takes seconds).
+const STEP_LIMIT: Duration = Duration::from_secs(240);
+
 async fn run(url: &str, load: &Arc<Load>, handler: Handler) -> Outcome {
-    let (world, incoming) = world(url, load, handler).await;
+    let (world, incoming) = tokio::time::timeout(STEP_LIMIT, world(url, load, handler))
+        .await
+        .unwrap_or_else(|_| panic!("{}: fresh tables stuck for {STEP_LIMIT:?}", handler.label()));
 
     let started = Instant::now();
     let mut coordination = JoinSet::new();
@@ -1754,8 +1776,8 @@ async fn run(url: &str, load: &Arc<Load>, handler: Handler) -> Outcome {
                 .all(|p| world.committed[p].load(SeqCst) == world.logs[p].lock().unwrap().len())
     };
     // Until every event is published and committed; a task that panics fails the test at
-    // once, and a run stuck for 4 minutes fails it with the group's state.
-    let waited = tokio::time::timeout(Duration::from_secs(240), async {
+    // once, and a stuck step fails it with the group's state.
+    bounded(&world, "the load", async {
         loop {
             tokio::select! {
                 () = world.wait_until(all_committed) => break,
@@ -1765,26 +1787,34 @@ async fn run(url: &str, load: &Arc<Load>, handler: Handler) -> Outcome {
         }
     })
     .await;
-    assert!(waited.is_ok(), "{} run stuck: {}", handler.label(), world.state());
     let wall = started.elapsed();
     world.ended.store(true, SeqCst);
     world.bump();
-    while let Some(joined) = tasks.join_next().await {
-        rethrow(joined);
-    }
+    bounded(&world, "the consumers' and producers' ending", async {
+        while let Some(joined) = tasks.join_next().await {
+            rethrow(joined);
+        }
+    })
+    .await;
     world.request(Request::Stop);
-    while let Some(joined) = coordination.join_next().await {
-        rethrow(joined);
-    }
+    bounded(&world, "the coordinator's ending", async {
+        while let Some(joined) = coordination.join_next().await {
+            rethrow(joined);
+        }
+    })
+    .await;
     if let Handler::Obligation { .. } = handler {
         // The last sweeps: every lease expired, every back-off over.
-        for _ in 0..10 {
-            world.clock.fetch_add(LEASE_S + 1, SeqCst);
-            sweep(&world, world.now()).await;
-        }
+        bounded(&world, "the last sweeps", async {
+            for _ in 0..10 {
+                world.clock.fetch_add(LEASE_S + 1, SeqCst);
+                sweep(&world, world.now()).await;
+            }
+        })
+        .await;
     }
-    let mut outcome = outcome(&world, wall).await;
-    outcome.net = nightly_net(url, &world, &outcome).await;
+    let mut outcome = bounded(&world, "the outcome", outcome(&world, wall)).await;
+    outcome.net = bounded(&world, "the nightly run", nightly_net(url, &world, &outcome)).await;
     outcome
 }
 
@@ -1960,12 +1990,10 @@ fn say(database: &str, seed: u64, handler: Handler, o: &Outcome) {
 /// order service's status history and the provider's receipts (one source per effect; a
 /// reversed grant reads REVERSED), with the default rules at a grace of 1 s.
 fn net_job(url: &str, dir: &std::path::Path) -> String {
-    let rules = std::fs::read_to_string(super::common::repo("fixtures/rules.toml")).unwrap();
-    std::fs::write(
-        dir.join("rules.toml"),
-        rules.replace("grace         = \"30m\"", "grace         = \"1s\""),
-    )
-    .unwrap();
+    let rules = std::fs::read_to_string(repo("fixtures/rules.toml")).unwrap();
+    let (thirty, one) = ("grace         = \"30m\"", "grace         = \"1s\"");
+    assert_eq!(rules.matches(thirty).count(), EFFECTS.len(), "every default rule's grace is 30m");
+    std::fs::write(dir.join("rules.toml"), rules.replace(thirty, one)).unwrap();
     let (lower, cut) = if url.starts_with("postgres") { ("$1", "$2") } else { ("?", "?") };
     let source = |table: &str, name: &str, query: &str| {
         format!("\n[[source]]\ntable = \"{table}\"\nname = \"{name}\"\nurl = \"{url}\"\nquery = \"\"\"\n{query}\n\"\"\"\n")
@@ -2007,13 +2035,17 @@ fn net_job(url: &str, dir: &std::path::Path) -> String {
 /// 1 s grace has passed.
 async fn judged_from_rows(world: &World) -> BTreeSet<(String, i64, String)> {
     let db = &world.db;
-    let history = db.rows("SELECT order_id, status FROM order_status_history", &[]).await.unwrap();
+    let history: HashSet<(i64, String)> = db
+        .rows("SELECT order_id, status FROM order_status_history", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.int(0), r.text(1)))
+        .collect();
     let reached = |order: i64, statuses: &[Status]| {
-        history
-            .iter()
-            .any(|r| r.int(0) == order && statuses.iter().any(|s| s.as_str() == r.text(1)))
+        statuses.iter().any(|s| history.contains(&(order, s.as_str().to_string())))
     };
-    let receipts = db
+    let in_force: HashMap<(String, i64), i64> = db
         .rows(
             "SELECT effect, order_id, \
              COUNT(CASE WHEN granted_at IS NOT NULL AND reversed_at IS NULL THEN 1 END) \
@@ -2021,10 +2053,12 @@ async fn judged_from_rows(world: &World) -> BTreeSet<(String, i64, String)> {
             &[],
         )
         .await
-        .unwrap();
-    let ok = |effect: &str, order: i64| {
-        receipts.iter().find(|r| r.text(0) == effect && r.int(1) == order).map_or(0, |r| r.int(2))
-    };
+        .unwrap()
+        .iter()
+        .map(|r| ((r.text(0), r.int(1)), r.int(2)))
+        .collect();
+    let ok =
+        |effect: &str, order: i64| in_force.get(&(effect.to_string(), order)).copied().unwrap_or(0);
     let mut judged = BTreeSet::new();
     for &order in &world.load.orders {
         for effect in &EFFECTS {
@@ -2050,12 +2084,17 @@ async fn nightly_net(url: &str, world: &World, outcome: &Outcome) -> String {
     let dir = tempfile::tempdir().unwrap();
     let job = dir.path().join("job.toml");
     std::fs::write(&job, net_job(url, dir.path())).unwrap();
-    // Every grace (1 s) over before the cut, which is now.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let output = super::common::command(&["nightly", "--config", job.to_str().unwrap(), "-q"])
-        .output()
-        .unwrap();
-    let (stdout, stderr) = super::common::text(&output);
+    // Every row is in the tables now. The cut is the whole second at least one grace (1 s)
+    // after that, given explicitly (the default cut, now truncated to the second, could
+    // fall less than a grace after the last row), and the nightly starts once it passed.
+    let cut = Utc.timestamp_opt(Utc::now().timestamp() + 2, 0).unwrap();
+    let wait = (cut - Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait + Duration::from_millis(100)).await;
+    let cut = cut.to_rfc3339();
+    let mut nightly = command(&["nightly", "--config", job.to_str().unwrap(), "--cut", &cut, "-q"]);
+    // Off the runtime's workers, so that the step's time limit can still fire.
+    let output = tokio::task::spawn_blocking(move || nightly.output()).await.unwrap().unwrap();
+    let (stdout, stderr) = text(&output);
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -2068,33 +2107,26 @@ async fn nightly_net(url: &str, world: &World, outcome: &Outcome) -> String {
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("run="))
         .expect("the nightly's run folder");
     let mut found = BTreeSet::new();
-    for batch in super::common::read_output(&run, "discrepancies") {
-        let text = |name: &str| {
-            let column = batch.column_by_name(name).unwrap();
-            effect_recon::datafusion::arrow::compute::cast(
-                column,
-                &effect_recon::datafusion::arrow::datatypes::DataType::Utf8,
-            )
-            .unwrap()
-        };
+    for batch in read_output(&run, "discrepancies") {
+        let column =
+            |name: &str| cast(batch.column_by_name(name).unwrap(), &DataType::Utf8).unwrap();
         let (effect, order, class, verdict) =
-            (text("effect"), text("order_id"), text("class"), text("verdict"));
-        let string = |a: &effect_recon::datafusion::arrow::array::ArrayRef, i: usize| {
-            a.as_any()
-                .downcast_ref::<effect_recon::datafusion::arrow::array::StringArray>()
-                .unwrap()
-                .value(i)
-                .to_string()
-        };
+            (column("effect"), column("order_id"), column("class"), column("verdict"));
+        let (effect, order, class, verdict) = (
+            effect.as_string::<i32>(),
+            order.as_string::<i32>(),
+            class.as_string::<i32>(),
+            verdict.as_string::<i32>(),
+        );
         for i in 0..batch.num_rows() {
-            assert_eq!(string(&verdict, i), "BREAK", "every grace is over");
-            let class = match string(&class, i).as_str() {
-                "SKIPPED_BUT_DUE" | "DONE_NO_RECEIPT" | "REVIEW_STALLED" | "NO_LEDGER_ENTRY" => {
-                    "MISSING".to_string()
-                }
-                other => other.to_string(),
-            };
-            found.insert((string(&effect, i), string(&order, i).parse::<i64>().unwrap(), class));
+            assert_eq!(verdict.value(i), "BREAK", "every grace is over");
+            let class: Class = class.value(i).parse().unwrap();
+            let class = if class.is_missing() { "MISSING".to_string() } else { class.to_string() };
+            found.insert((
+                effect.value(i).to_string(),
+                order.value(i).parse::<i64>().unwrap(),
+                class,
+            ));
         }
     }
     let judged = judged_from_rows(world).await;
