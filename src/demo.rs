@@ -160,6 +160,7 @@ async fn night(
         export_mode: crate::db::export::ExportMode::Auto,
         chain: crate::nightly::JobChain::Nightly,
         follows: None,
+        judge_all: false,
     };
     let report = nightly(&nightly_plan, events).await?;
     events.emit(Event::Demo(DemoStep::Verifying));

@@ -49,6 +49,15 @@ pub enum Event {
         /// Findings that broke after this are listed, RFC 3339.
         list_since: String,
     },
+    /// A chained run judged only the orders whose outputs can change (docs/SEMANTICS.md).
+    RunJudged {
+        /// The orders judged.
+        orders: u64,
+        /// Their rows in the snapshot tables.
+        rows: u64,
+        /// Orders with a row after this were judged, RFC 3339.
+        reach: String,
+    },
     /// A run computed its outputs.
     RunReconciled {
         /// Discrepancies.
@@ -178,6 +187,7 @@ impl Event {
             self,
             Event::RunValidated { .. }
                 | Event::RunFollows { .. }
+                | Event::RunJudged { .. }
                 | Event::RunReconciled { .. }
                 | Event::RunWritten { .. }
                 | Event::RunAlreadyDone { .. }

@@ -43,6 +43,8 @@ pub struct NightlyPlan {
     /// The run to follow when the caller knows it (`watch`'s previous cycle): its chain
     /// is not listed again, which a long-running loop would do with ever more runs.
     pub follows: Option<Location>,
+    /// Judge every order of the snapshot (`--judge-all`, [`RunPlan::judge_all`]).
+    pub judge_all: bool,
 }
 
 /// Which chain a job writes.
@@ -123,6 +125,7 @@ pub async fn nightly(plan: &NightlyPlan, events: &Events) -> Result<NightlyRepor
     run_plan.session = plan.session.clone();
     run_plan.engine = plan.engine.clone();
     run_plan.check_single_node = plan.check_single_node;
+    run_plan.judge_all = plan.judge_all;
     match plan.chain {
         JobChain::Nightly => run_plan.seen_in = Some(job_root.join(INTRADAY)),
         JobChain::Intraday => {

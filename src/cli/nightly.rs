@@ -48,6 +48,10 @@ pub(super) struct NightlyArgs {
     /// the full export. (Also every `verify_full_every` nights, from the job config.)
     #[arg(long)]
     verify_full: bool,
+    /// Judge every order of the lookback, not only those whose outputs can change (the
+    /// same outputs: a check, and the measure of what judging less saves).
+    #[arg(long)]
+    judge_all: bool,
     #[command(flatten)]
     query_engine: QueryEngineArgs,
     #[command(flatten)]
@@ -75,6 +79,7 @@ pub(super) async fn execute(args: NightlyArgs) -> anyhow::Result<Outcome> {
         },
         chain: JobChain::Nightly,
         follows: None,
+        judge_all: args.judge_all,
     };
     args.notify.validate()?;
     let detail = if args.quiet { Detail::Stages } else { Detail::All };

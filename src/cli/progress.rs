@@ -151,6 +151,11 @@ pub(super) fn describe(event: &Event) -> String {
         Event::RunFollows { previous_run, cut, list_since } => format!(
             "run: following run {previous_run} (cut {cut}); listing findings that broke after {list_since}"
         ),
+        Event::RunJudged { orders, rows, reach } => format!(
+            "run: judged {} orders ({} rows): those with a row after {reach} or in the previous run; no other order can change an output",
+            group(*orders),
+            group(*rows)
+        ),
         Event::RunReconciled { findings, skip_verdicts, resolved, elapsed } => format!(
             "run: reconciled: {findings} findings, {skip_verdicts} skip verdicts, {resolved} resolved in {}",
             format_elapsed(*elapsed)

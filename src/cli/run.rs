@@ -74,6 +74,11 @@ pub(super) struct RunArgs {
     /// makes the run INCOMPLETE.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.5, value_parser = parse_fraction)]
     max_drop: f64,
+    /// Judge every order of the snapshot, not only those whose outputs can change when
+    /// the run follows a previous one (the same outputs: a check, and the measure of what
+    /// judging less saves).
+    #[arg(long)]
+    judge_all: bool,
     #[command(flatten)]
     query_engine: QueryEngineArgs,
     #[command(flatten)]
@@ -105,6 +110,7 @@ impl RunArgs {
         plan.late_horizon = self.late_horizon;
         plan.max_age = self.max_age;
         plan.max_drop = self.max_drop;
+        plan.judge_all = self.judge_all;
         Ok(plan)
     }
 }

@@ -166,6 +166,7 @@ impl Watcher {
             export_mode: ExportMode::Auto,
             chain: JobChain::Intraday,
             follows: self.last_run.clone(),
+            judge_all: false,
         };
         let Some(result) = finish_or_abandon(nightly(&plan, &self.events), cut).await else {
             return Ok(Step::Done(Outcome::Clean));

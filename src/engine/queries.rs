@@ -35,6 +35,8 @@ pub const PREVIOUS_OPEN: Query = query!("previous_open");
 pub const WATCHED: Query = query!("watched");
 /// Per (effect, order): due_at, voided, SUCCEEDED receipts (owed vs happened).
 pub const EFFECT_STATE: Query = query!("effect_state");
+/// The orders a chained run judges (`$reach`): everything else cannot change an output.
+pub const JUDGED_ORDERS: Query = query!("judged_orders");
 /// Order id range and row count of the snapshot.
 pub const ORDER_ID_SPAN: Query = query!("order_id_span");
 /// Possible findings and the state of skipped orders, from one pass over effect_state.
@@ -106,6 +108,7 @@ pub const ADVISE: [Query; 6] = [
 /// Every embedded query of a run: the pipeline and the checks.
 pub fn all() -> impl Iterator<Item = Query> {
     PIPELINE.into_iter().chain([
+        JUDGED_ORDERS,
         ORDER_ID_SPAN,
         LEDGER_KEY_HASHES,
         REPEATED_KEY_HASHES,
@@ -115,7 +118,7 @@ pub fn all() -> impl Iterator<Item = Query> {
 }
 
 /// A named parameter value (`$cut`, `$since`, `$list_since`, `$expire_before`, `$run_id`,
-/// `$lo`, `$hi`).
+/// `$lo`, `$hi`, and `$reach` for `judged_orders`).
 pub type Param = (&'static str, ScalarValue);
 
 /// Plans `query` with `params` bound.

@@ -14,7 +14,7 @@ use datafusion::physical_plan::metrics::MetricValue;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
-use super::{lifecycle, rules_table, Bounds, Outputs};
+use super::{judged, lifecycle, rules_table, Bounds, Outputs};
 use crate::config::RuleSet;
 use crate::engine::queries::{self, Param, Query};
 use crate::engine::staging;
@@ -52,13 +52,17 @@ pub async fn reconcile(
     // most the backlog, read by several later queries.
     materialise(ctx, queries::PREVIOUS_OPEN, &params, explain, &mut plans).await?;
     materialise(ctx, queries::WATCHED, &params, explain, &mut plans).await?;
+    // Kept in memory when restricted: a quarter of what one pass may aggregate.
+    let judged = judged::restrict(ctx, rules, bounds, rows_per_pass / 4).await?;
     materialise_effects_in_play(ctx, bounds, rows_per_pass, explain, &mut plans).await?;
     materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
     // Registered only now, so that it reads the materialised candidates.
     queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
     materialise(ctx, queries::FINDINGS, &params, explain, &mut plans).await?;
     materialise(ctx, queries::REJUDGED, &params, explain, &mut plans).await?;
-    outputs(ctx, &params, explain, plans).await
+    let mut outputs = outputs(ctx, &params, explain, plans).await?;
+    outputs.judged = judged;
+    Ok(outputs)
 }
 
 /// Effects in play and candidates are small and each feeds two later queries: computing
@@ -107,7 +111,7 @@ async fn outputs(
         .conform(&execute(ctx, queries::SKIP_VERDICTS, params, explain, &mut plans).await?.1)?;
     let resolved = OutputTable::Resolved
         .conform(&execute(ctx, queries::RESOLVED, params, explain, &mut plans).await?.1)?;
-    Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, plans })
+    Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, judged: None, plans })
 }
 
 /// The order_id ranges effect_state is computed over: the whole range for a day of at

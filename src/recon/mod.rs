@@ -5,6 +5,7 @@
 //! executes the queries in order and hands the results to [`crate::run_folder::writer`].
 
 mod execute;
+pub mod judged;
 pub mod lifecycle;
 mod prepare;
 pub(crate) mod rule_check;
@@ -73,6 +74,9 @@ pub struct RunPlan {
     /// A `watch` chain's root (`<root>/intraday/`): the open findings of its latest run at
     /// or before the cut count as open before, so they are not NEW again (docs/WATCH.md).
     pub seen_in: Option<Location>,
+    /// Judge every order of the snapshot even when the run follows a previous one
+    /// (`--judge-all`): the same outputs, for a check; slower over a long lookback.
+    pub judge_all: bool,
 }
 
 /// What a run's snapshot holds, which decides the self-checks that apply.
@@ -115,6 +119,7 @@ impl RunPlan {
             max_drop: DEFAULT_MAX_DROP,
             scope: SnapshotScope::Day,
             seen_in: None,
+            judge_all: false,
         }
     }
 }
@@ -131,6 +136,9 @@ pub struct Bounds {
     pub expire_before: Micros,
     /// This run's id.
     pub run_id: String,
+    /// Where the snapshot's rows begin, when the run may judge only the orders whose
+    /// outputs can change ([`judged`]); `None`: every order is judged.
+    pub coverage_from: Option<Micros>,
 }
 
 impl Bounds {
@@ -141,6 +149,7 @@ impl Bounds {
             list_since: window.since,
             expire_before: window.cut - DEFAULT_MAX_AGE,
             run_id: run_id.to_string(),
+            coverage_from: None,
         }
     }
 
@@ -188,6 +197,8 @@ pub struct Outputs {
     pub skip_verdicts: RecordBatch,
     /// The previous run's open findings closed by this run.
     pub resolved: RecordBatch,
+    /// The orders judged, when the run judged only those that can change.
+    pub judged: Option<judged::Judged>,
     /// Physical plans with metrics (when asked for).
     pub plans: Vec<(String, String)>,
 }
@@ -294,6 +305,13 @@ async fn compute(
         reconcile(ctx, &plan.rules, &prepared.bounds, plan.session.rows_per_pass, plan.explain)
             .await?;
     let elapsed = stage(&mut timings_ms, "reconcile", reconcile_started);
+    if let Some(judged) = outputs.judged {
+        events.emit(Event::RunJudged {
+            orders: judged.orders,
+            rows: judged.rows,
+            reach: format_instant(judged.reach),
+        });
+    }
     events.emit(Event::RunReconciled {
         findings: outputs.discrepancies.num_rows() as u64,
         skip_verdicts: outputs.skip_verdicts.num_rows() as u64,

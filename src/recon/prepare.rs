@@ -89,11 +89,18 @@ impl Prepared {
             }
         }
         let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
+        // Only a run that follows another may leave orders unjudged: its previous run's
+        // findings and skips are what the unjudged orders would give again.
+        let coverage_from = match (&previous, plan.judge_all) {
+            (Some(_), false) => snapshot.coverage_from()?,
+            _ => None,
+        };
         let bounds = Bounds {
             window,
             list_since: chain.list_since,
             expire_before: chain.expire_before,
             run_id,
+            coverage_from,
         };
         Ok(Preparation::Fresh(Box::new(Prepared {
             snapshot,
