@@ -90,9 +90,11 @@ impl Prepared {
         }
         let publisher = RunPublisher::prepare(&plan.out, &run_id, plan.replace).await?;
         // Only a run that follows another may leave orders unjudged: its previous run's
-        // findings and skips are what the unjudged orders would give again.
-        let coverage_from = match (&previous, plan.judge_all) {
-            (Some(_), false) => snapshot.coverage_from()?,
+        // findings and skips are what the unjudged orders would give again. Only over an
+        // incremental-ready export (`@2`), whose coverage is the job's lookback: `gen`'s
+        // `@1` days cover little more than the window, and judging them whole is cheaper.
+        let coverage_from = match (&previous, plan.judge_all, &snapshot.manifest().chain) {
+            (Some(_), false, Some(_)) => snapshot.coverage_from()?,
             _ => None,
         };
         let bounds = Bounds {
