@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, AsArray, Int64Array};
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::{JoinType, ScalarValue};
@@ -23,6 +23,9 @@ use crate::engine::{staging, udf};
 use crate::error::{Error, Result};
 use crate::snapshot::{Table, UTC};
 use crate::time::Micros;
+
+/// The judged orders as a session table, on a cluster.
+const JUDGED_TABLE: &str = "judged_orders";
 
 /// At most this many `order_id` ranges prune the row groups the judged rows are read
 /// from: each is one more comparison per row read.
@@ -40,7 +43,8 @@ pub struct Judged {
 }
 
 /// Replaces the snapshot tables of `ctx` by the rows of the orders this run can change,
-/// when that is worth it: `bounds.coverage_from` set (the run follows a previous one),
+/// when that is worth it: `bounds.coverage_from` set (the run follows a previous one over
+/// a `snapshot@2`),
 /// the snapshot reaching back at least as far before the reach as the reach lies before
 /// the cut, and the rows fitting in `max_rows`. `None`: the tables are left whole.
 /// Needs `watched` and the `previous_*` tables registered.
@@ -61,16 +65,18 @@ pub(super) async fn restrict(
     params.push(("reach", ScalarValue::TimestampMicrosecond(Some(reach), Some(UTC.into()))));
     let orders = judged_orders(ctx, &params).await?;
     let ranges = ranges(&orders, MAX_RANGES);
-    let judged_table = "judged_orders";
-    let ids = datafusion::arrow::array::Int64Array::from(orders.clone());
-    let batch = RecordBatch::try_from_iter([("order_id", Arc::new(ids) as Arc<dyn Array>)])
-        .map_err(|e| Error::Internal(format!("judged orders: {e}")))?;
-    staging::register_batches(ctx, judged_table, batch.schema(), vec![batch]).await?;
-
     // In process a predicate (pushed below an incremental snapshot's merge, so only these
-    // orders' rows are merged); on a cluster, which knows no function of ours, a semi-join.
-    let in_orders = (!staging::is_distributed(ctx))
-        .then(|| udf::in_orders(orders.clone()).call(vec![col("order_id")]));
+    // orders' rows are merged); on a cluster, which knows no function of ours, a semi-join
+    // with the orders as a table.
+    let in_orders = if staging::is_distributed(ctx) {
+        let ids = Int64Array::from(orders.clone());
+        let batch = RecordBatch::try_from_iter([("order_id", Arc::new(ids) as Arc<dyn Array>)])
+            .map_err(|e| Error::Internal(format!("judged orders: {e}")))?;
+        staging::register_batches(ctx, JUDGED_TABLE, batch.schema(), vec![batch]).await?;
+        None
+    } else {
+        Some(udf::in_orders(orders.clone()).call(vec![col("order_id")]))
+    };
     let mut restricted = Vec::new();
     let mut rows = 0u64;
     for table in Table::ALL {
@@ -84,7 +90,7 @@ pub(super) async fn restrict(
         let frame = match &in_orders {
             Some(predicate) => frame.filter(predicate.clone()).map_err(context)?,
             None => {
-                let judged = ctx.table(judged_table).await.map_err(context)?;
+                let judged = ctx.table(JUDGED_TABLE).await.map_err(context)?;
                 frame
                     .join(judged, JoinType::LeftSemi, &["order_id"], &["order_id"], None)
                     .map_err(context)?
@@ -98,7 +104,6 @@ pub(super) async fn restrict(
             if rows > max_rows {
                 // Too many to keep: the run judges every order, reading the tables as
                 // they are (nothing was replaced yet).
-                ctx.deregister_table(judged_table).map_err(context)?;
                 return Ok(None);
             }
             batches.push(batch);

@@ -338,6 +338,22 @@ fn nightly_on_the_cluster_publishes_the_in_process_run() {
     assert!(local.iter().any(|(p, _)| p.starts_with("discrepancies/")), "no discrepancies");
     assert_same_files(&local, &on_cluster, "nightly");
 
+    // The next night follows it: the cluster judges only the orders that can change (a
+    // semi-join, its executors know no function of ours), the in-process check with the
+    // in_orders predicate, and the two give the same outputs.
+    let next = effect_recon::time::format_instant(
+        effect_recon::time::parse_instant(CUT).unwrap() + effect_recon::time::DAY_MICROS,
+    );
+    let args = ["nightly", "--config", job_b.to_str().unwrap(), "--cut", &next];
+    let output = effect_recon(
+        &[&args[..], &["--target-partitions", "2", "--engine", &engine, "--check-single-node"]]
+            .concat(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("run: judged "), "the second night judged every order:\n{stderr}");
+    assert!(stderr.contains("gives the same outputs as ballista://"), "{stderr}");
+
     // --check-single-node without a cluster is refused before any work.
     let c = tempfile::tempdir().unwrap();
     let job_c = sqlite_job(c.path());
