@@ -5,7 +5,7 @@
 --   * with a status change, receipt or ledger row after $reach = $list_since - max(grace)
 --     (the window's skips, decided after $since, are among them), or
 --   * through the previous run: its findings (open ones are re-judged) and skip
---     verdicts (pending ones are carried), and the pairs watched.sql keeps.
+--     verdicts (pending ones are carried); every pair watched.sql keeps is among them.
 -- Every other order of the lookback would give the same nothing it gave before.
 SELECT DISTINCT order_id
 FROM (
@@ -15,10 +15,7 @@ FROM (
     UNION ALL
     SELECT order_id FROM ledger WHERE decided_at > $reach AND decided_at <= $cut
     UNION ALL
-    SELECT order_id FROM watched
-    UNION ALL
     SELECT order_id FROM previous_discrepancies
     UNION ALL
     SELECT order_id FROM previous_skip_verdicts
 )
-ORDER BY order_id

@@ -44,10 +44,9 @@ pub struct Judged {
 
 /// Replaces the snapshot tables of `ctx` by the rows of the orders this run can change,
 /// when that is worth it: `bounds.coverage_from` set (the run follows a previous one over
-/// a `snapshot@2`),
-/// the snapshot reaching back at least as far before the reach as the reach lies before
-/// the cut, and the rows fitting in `max_rows`. `None`: the tables are left whole.
-/// Needs `watched` and the `previous_*` tables registered.
+/// a `snapshot@2`), the snapshot reaching back at least as far before the reach as the
+/// reach lies before the cut, and the rows fitting in `max_rows`. `None`: the tables are
+/// left whole. Needs the `previous_*` tables registered.
 pub(super) async fn restrict(
     ctx: &SessionContext,
     rules: &RuleSet,
@@ -65,17 +64,18 @@ pub(super) async fn restrict(
     params.push(("reach", ScalarValue::TimestampMicrosecond(Some(reach), Some(UTC.into()))));
     let orders = judged_orders(ctx, &params).await?;
     let ranges = ranges(&orders, MAX_RANGES);
+    let judged_orders = orders.len() as u64;
     // In process a predicate (pushed below an incremental snapshot's merge, so only these
     // orders' rows are merged); on a cluster, which knows no function of ours, a semi-join
     // with the orders as a table.
     let in_orders = if staging::is_distributed(ctx) {
-        let ids = Int64Array::from(orders.clone());
+        let ids = Int64Array::from(orders);
         let batch = RecordBatch::try_from_iter([("order_id", Arc::new(ids) as Arc<dyn Array>)])
             .map_err(|e| Error::Internal(format!("judged orders: {e}")))?;
         staging::register_batches(ctx, JUDGED_TABLE, batch.schema(), vec![batch]).await?;
         None
     } else {
-        Some(udf::in_orders(orders.clone()).call(vec![col("order_id")]))
+        Some(udf::in_orders(orders).call(vec![col("order_id")]))
     };
     let mut restricted = Vec::new();
     let mut rows = 0u64;
@@ -113,10 +113,11 @@ pub(super) async fn restrict(
     for (table, schema, batches) in restricted {
         staging::register_batches(ctx, table.name(), schema, batches).await?;
     }
-    Ok(Some(Judged { orders: orders.len() as u64, rows, reach }))
+    Ok(Some(Judged { orders: judged_orders, rows, reach }))
 }
 
-/// The sorted ids of `sql/judged_orders.sql`.
+/// The ids of `sql/judged_orders.sql`, sorted here (the ranges must not depend on how the
+/// engine delivered the batches).
 async fn judged_orders(ctx: &SessionContext, params: &[Param]) -> Result<Vec<i64>> {
     let batches = queries::collect(ctx, queries::JUDGED_ORDERS, params).await?;
     let mut orders = Vec::new();
@@ -127,10 +128,7 @@ async fn judged_orders(ctx: &SessionContext, params: &[Param]) -> Result<Vec<i64
             .ok_or_else(|| Error::Internal("judged_orders: no Int64 order_id".into()))?;
         orders.extend(ids.iter().flatten());
     }
-    // DISTINCT and ORDER BY in the query; sorted again so the ranges never depend on how
-    // the engine delivered the batches.
     orders.sort_unstable();
-    orders.dedup();
     Ok(orders)
 }
 
@@ -141,8 +139,8 @@ fn ranges(orders: &[i64], max: usize) -> Vec<(i64, i64)> {
     let mut gaps: Vec<(i128, usize)> = orders
         .windows(2)
         .enumerate()
-        .filter(|(_, pair)| pair[1] - pair[0] > 1)
         .map(|(i, pair)| (i128::from(pair[1]) - i128::from(pair[0]), i))
+        .filter(|&(width, _)| width > 1)
         .collect();
     // Widest first; equal widths by position, so the choice is deterministic.
     gaps.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
