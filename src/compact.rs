@@ -91,6 +91,9 @@ pub async fn compact(root: &Location) -> Result<CompactReport> {
         previous: Some(head.clone()),
         files: BTreeMap::new(),
         keys: Vec::new(),
+        // One segment: nothing is superseded.
+        positions: true,
+        deletes: Vec::new(),
         shadow: None,
         ..old.clone()
     };

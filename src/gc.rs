@@ -4,13 +4,14 @@
 //! Retained snapshots: the chain head (the latest complete `snapshot=` folder, which the
 //! next night follows) and every snapshot a retained run judged (the `keep_runs` latest
 //! complete runs: `sql --run`, `explain` and `history` read them). A file is kept when a
-//! retained snapshot's manifest lists it (as a data or a keys file, in its own folder or,
-//! for a chain, in an earlier one), when it is younger than the grace period, or when its
-//! folder has a writer's claim younger than it. Everything else under `snapshot=` folders
-//! goes: manifests of snapshots no longer retained first (a snapshot then stops being
-//! complete before any of its files disappear, so a crash leaves nothing that looks
-//! whole), then their files, then leftovers of exports that never finished (a shadow
-//! check's full export, a killed writer's parts). Run folders are never touched.
+//! retained snapshot's manifest lists it (as a data, keys or position deletes file, in its
+//! own folder or, for a chain, in an earlier one), when it is younger than the grace
+//! period, or when its folder has a writer's claim younger than it. Everything else
+//! under `snapshot=` folders goes: manifests of snapshots no longer retained first (a
+//! snapshot then stops being complete before any of its files disappear, so a crash
+//! leaves nothing that looks whole), then their files, then leftovers of exports that
+//! never finished (a shadow check's full export, a killed writer's parts). Run folders are
+//! never touched.
 
 use std::collections::BTreeSet;
 
@@ -78,6 +79,9 @@ pub async fn gc(plan: &GcPlan) -> Result<GcReport> {
         }
         for keys in manifest.chain.iter().flat_map(|c| &c.keys) {
             referenced.insert(location.path(&keys.path));
+        }
+        for deletes in manifest.chain.iter().flat_map(|c| &c.deletes) {
+            referenced.insert(location.path(&deletes.path));
         }
     }
 

@@ -8,8 +8,11 @@
 //! A row version is **live** iff no later segment's keys file lists its key (newer
 //! versions supersede older ones: merge on read) and its event time lies in
 //! `(coverage_from, cut]` (rows that left the lookback, or whose event time moved out of
-//! the window, are not live). [`Chain`] is the manifest block; [`live_frame`] builds the
-//! live rows of one source, which `register` unions into the contract's tables.
+//! the window, are not live). The position deletes ([`super::deletes`]) name the same
+//! superseded rows by file and position, so a reader in process skips them while reading.
+//! [`Chain`] is the manifest block; [`live_frame`] builds the live rows of one source
+//! (merged by key, or with the superseded rows already skipped), which `register` unions
+//! into the contract's tables.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,6 +31,7 @@ use datafusion::prelude::{col, lit, DataFrame, SessionContext};
 use object_store::ObjectStoreExt;
 use serde::{Deserialize, Serialize};
 
+use super::deletes::DeletesFile;
 use super::{FileEntry, Table, UTC};
 use crate::error::{Error, Result};
 use crate::storage::Location;
@@ -60,6 +64,13 @@ pub struct Chain {
     /// The keys files of the chain's segments.
     #[serde(default)]
     pub keys: Vec<KeysFile>,
+    /// Whether `deletes` names every row a later segment supersedes, by position (every
+    /// manifest this version writes; an older chain's readers merge by key).
+    #[serde(default)]
+    pub positions: bool,
+    /// Per source with superseded rows: its position deletes file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deletes: Vec<DeletesFile>,
     /// Live rows per source label, checked by the exporter before the manifest.
     pub live_rows: BTreeMap<String, u64>,
     /// The shadow check of this night, when one ran.

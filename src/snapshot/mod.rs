@@ -6,6 +6,8 @@
 //! tables in a DataFusion session.
 
 pub mod chain;
+mod deleted_rows;
+pub mod deletes;
 pub(crate) mod diagnose;
 pub mod reader;
 mod row_groups;

@@ -29,6 +29,8 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use super::chain::{self, Chain, CHAIN_FORMAT};
+use super::deleted_rows::{DeletedRowsTable, Selections};
+use super::deletes;
 use super::row_groups::{FileRowGroups, OrderRangeTable, RowGroupIndex};
 use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, KEY_SPEC, MANIFEST, SNAPSHOT_FORMAT};
 use crate::error::{Error, Result};
@@ -119,14 +121,17 @@ impl Snapshot {
             }
         }
         if let Some(chain) = &manifest.chain {
-            for keys in &chain.keys {
-                let table = keys.path.split('/').find_map(Table::from_name);
-                if table.is_none_or(|t| check_chain_path(t, &keys.path).is_err()) {
+            let keys = chain.keys.iter().map(|k| (k.path.as_str(), "a keys file"));
+            let deletes =
+                chain.deletes.iter().map(|d| (d.path.as_str(), "a position deletes file"));
+            for (path, what) in keys.chain(deletes) {
+                let table = path.split('/').find_map(Table::from_name);
+                if table.is_none_or(|t| check_chain_path(t, path).is_err()) {
                     return Err(Error::SnapshotFile {
-                        file: location.display(&keys.path),
-                        message:
-                            "a keys file must lie in its table's folder of a snapshot of the chain"
-                                .into(),
+                        file: location.display(path),
+                        message: format!(
+                            "{what} must lie in its table's folder of a snapshot of the chain"
+                        ),
                         source: None,
                     });
                 }
@@ -235,7 +240,9 @@ impl Snapshot {
                 stats.files += 1;
             }
             stats.rows.insert(table.name().to_string(), table_rows);
-            let frame = self.table_frame(ctx, table, groups, &row_groups, false).await?;
+            let none = Selections::new();
+            let read = TableRead { row_groups: &row_groups, selections: &none, keep_key: false };
+            let frame = self.table_frame(ctx, table, groups, read).await?;
             ctx.register_table(table.name(), frame.into_view())
                 .map_err(|e| Error::query(format!("registering table {}", table.name()), e))?;
         }
@@ -320,6 +327,19 @@ impl Snapshot {
         checked: Vec<(SchemaRef, FileRowGroups)>,
     ) -> Result<SnapshotStats> {
         let coverage_from = self.coverage_from()?.unwrap_or(Micros::MIN);
+        // Superseded rows are skipped by position where the chain names them so (no join
+        // on keys); a cluster's executors know no scan of ours and merge by key.
+        let by_position = chain.positions && !crate::engine::staging::is_distributed(ctx);
+        let mut deleted = match by_position {
+            true => {
+                deletes::read(&self.location, &chain.deletes.iter().collect::<Vec<_>>(), |p| {
+                    p.to_string()
+                })
+                .await?
+            }
+            false => deletes::Positions::new(),
+        };
+        let mut selections = Selections::new();
         let mut stats = SnapshotStats::default();
         let mut checked = checked.into_iter();
         // Per table, per source, per segment: (schema, url) of each file.
@@ -330,7 +350,17 @@ impl Snapshot {
             let (schema, file_row_groups) =
                 checked.next().ok_or_else(|| Error::Internal("a file was not checked".into()))?;
             let meta = &chain.files[&file.path];
-            row_groups.insert(self.location.path(&file.path).to_string(), file_row_groups);
+            let object = self.location.path(&file.path).to_string();
+            if let Some(rows) = deleted.remove(&file.path) {
+                if let Some(&beyond) = rows.iter().find(|&&r| r >= file.rows) {
+                    return Err(self.bad_deletes(format!(
+                        "deletes row {beyond} of {}, which holds {} rows",
+                        file.path, file.rows
+                    )));
+                }
+                selections.insert(object.clone(), deletes::selection(&rows, file.rows));
+            }
+            row_groups.insert(object, file_row_groups);
             by_source
                 .entry((table, meta.source.clone()))
                 .or_default()
@@ -338,6 +368,9 @@ impl Snapshot {
                 .or_default()
                 .push((schema, self.location.url(&file.path)));
             stats.files += 1;
+        }
+        if let Some(path) = deleted.keys().next() {
+            return Err(self.bad_deletes(format!("names {path}, which the manifest does not list")));
         }
         for table in Table::ALL {
             let mut frames = Vec::new();
@@ -351,13 +384,16 @@ impl Snapshot {
                             None => groups.push((Arc::clone(schema), vec![url.clone()])),
                         }
                     }
-                    rows.push((
-                        *seq,
-                        self.table_frame(ctx, table, groups, &row_groups, true).await?,
-                    ));
+                    let read = TableRead {
+                        row_groups: &row_groups,
+                        selections: &selections,
+                        keep_key: !by_position,
+                    };
+                    rows.push((*seq, self.table_frame(ctx, table, groups, read).await?));
                 }
                 let mut keys = Vec::new();
-                for file in chain.keys.iter().filter(|k| &k.source == source) {
+                let keys_files = chain.keys.iter().filter(|_| !by_position);
+                for file in keys_files.filter(|k| &k.source == source) {
                     let url = self.location.url(&file.path);
                     keys.push((file.seq, keys_frame(ctx, &url).await?));
                 }
@@ -383,16 +419,27 @@ impl Snapshot {
         Ok(stats)
     }
 
+    /// The error of a position deletes file that does not fit the manifest.
+    fn bad_deletes(&self, message: String) -> Error {
+        let chain = self.manifest.chain.as_ref();
+        let file = chain.and_then(|c| c.deletes.first()).map_or("", |d| d.path.as_str());
+        Error::SnapshotFile {
+            file: self.location.display(file),
+            message: format!("position deletes: {message}"),
+            source: None,
+        }
+    }
+
     /// One DataFrame over all files of `table`, normalised to the contract types (and
-    /// `recon_key` kept when `keep_key`).
+    /// `recon_key` kept when `read.keep_key`).
     async fn table_frame(
         &self,
         ctx: &SessionContext,
         table: Table,
         groups: Vec<(SchemaRef, Vec<String>)>,
-        row_groups: &RowGroupIndex,
-        keep_key: bool,
+        read: TableRead<'_>,
     ) -> Result<DataFrame> {
+        let TableRead { row_groups, selections, keep_key } = read;
         let context = |e| Error::query(format!("reading table {}", table.name()), e);
         let mut frames = Vec::new();
         for (schema, urls) in groups {
@@ -407,8 +454,11 @@ impl Snapshot {
             let config = ListingTableConfig::new_with_multi_paths(paths)
                 .with_listing_options(options)
                 .with_schema(Arc::clone(&scan_schema));
-            let provider: Arc<dyn TableProvider> =
+            let mut provider: Arc<dyn TableProvider> =
                 Arc::new(ListingTable::try_new(config).map_err(context)?);
+            if !selections.is_empty() {
+                provider = Arc::new(DeletedRowsTable::new(provider, selections.clone()));
+            }
             // A cluster's scheduler plans the scans itself and knows no providers of ours:
             // there the table stays a plain listing table (same rows, DataFusion's split).
             let provider = if crate::engine::staging::is_distributed(ctx) {
@@ -431,6 +481,17 @@ impl Snapshot {
         })?;
         frames.try_fold(first, |all, next| all.union(next).map_err(context))
     }
+}
+
+/// How [`Snapshot::table_frame`] reads a table's files.
+#[derive(Clone, Copy)]
+struct TableRead<'a> {
+    /// Where each file's row groups lie (for `order_id` range scans).
+    row_groups: &'a RowGroupIndex,
+    /// The rows to read of files with position deletes.
+    selections: &'a Selections,
+    /// Whether `recon_key` stays (a merge by key needs it).
+    keep_key: bool,
 }
 
 /// Casts the contract columns of `frame` to the contract types of `table` and drops the

@@ -101,6 +101,16 @@ impl SnapshotWriter {
             .with_file_stem(&format!("{source}-keys"))
     }
 
+    /// The writer of one source's position deletes file in this snapshot's folder.
+    pub fn deletes_writer(&self, table: Table, source: &str) -> PartWriter {
+        let folder = match table {
+            Table::Receipts => format!("receipts/{source}"),
+            other => other.name().to_string(),
+        };
+        PartWriter::new(&self.location, &folder, super::deletes::schema())
+            .with_file_stem(&format!("{source}-deleted"))
+    }
+
     fn table_with_schema(
         &self,
         table: Table,

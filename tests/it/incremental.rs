@@ -654,6 +654,19 @@ async fn bad_change_columns_and_broken_previous_snapshots_are_refused_or_exporte
     let (code, err) = export_cli(&bench.job, &third, cut0 + 2 * DAY_MICROS);
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("export: incremental, segment 1 on snapshot=20261130T160000Z"), "{err}");
+
+    // A previous snapshot that names superseded rows by key only (an older effect-recon
+    // wrote it): a full export, said in one line.
+    let third_manifest = third.join("manifest.json");
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&third_manifest).unwrap()).unwrap();
+    json["chain"].as_object_mut().unwrap().remove("positions");
+    std::fs::write(&third_manifest, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    let fourth =
+        bench.chain_root.join(format!("snapshot={}", format_compact(cut0 + 3 * DAY_MICROS)));
+    let (code, err) = export_cli(&bench.job, &fourth, cut0 + 3 * DAY_MICROS);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("export: full export (the previous snapshot snapshot=20261201T160000Z names superseded rows by key only"), "{err}");
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -693,6 +706,11 @@ async fn sqlite_compaction_keeps_every_live_row_and_gc_keeps_every_referenced_fi
     let copy_manifest = copy.join(compacted.file_name().unwrap()).join("manifest.json");
     assert_eq!(same, std::fs::read(copy_manifest).unwrap(), "the rerun wrote another manifest");
     let chain = manifest(&bench.chain_root, cut0 + 3 * DAY_MICROS);
+    let head_chain = chain.chain.as_ref().unwrap();
+    assert!(head_chain.positions, "this version names superseded rows by position");
+    let deleted: u64 = head_chain.deletes.iter().map(|d| d.rows).sum();
+    let superseding: u64 = head_chain.keys.iter().map(|k| k.rows).sum();
+    assert!(deleted > 0 && superseding > 0, "the history superseded rows: {head_chain:?}");
     let compact_chain: SnapshotManifest = serde_json::from_slice(&same).unwrap();
     assert!(compact_chain.chain.as_ref().unwrap().keys.is_empty());
     assert!(compact_chain

@@ -19,17 +19,19 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch, StringArray};
 use datafusion::prelude::{col, SessionContext};
 use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 
+use super::supersede::{self, ChainFile, Role, Windows};
 use crate::config::job::{JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::snapshot::chain::{
-    self, collect, count, describe_files, event_column, files_frame, live_rows, sibling, Chain,
-    KeysFile, Listed, Shadow, SourceMark, KEY_COLUMN,
+    self, collect, count, describe_files, files_frame, live_rows, sibling, Chain, KeysFile, Listed,
+    Shadow, SourceMark, KEY_COLUMN,
 };
+use crate::snapshot::deletes::{self, DeletesFile};
 use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
 use crate::storage::Location;
 use crate::time::{format_compact, format_instant, parse_instant, Micros, SECOND_MICROS};
@@ -177,6 +179,11 @@ pub(super) async fn decide(
             ));
         }
     }
+    if !chain.positions {
+        return full(format!(
+            "the previous snapshot {name} names superseded rows by key only (an earlier effect-recon wrote it); a full export starts a chain that names them by position"
+        ));
+    }
     if chain.sources.len() != job.sources.len() {
         return full(format!("a source of the previous snapshot {name} is gone from the job"));
     }
@@ -252,6 +259,8 @@ fn empty_chain() -> Chain {
         sources: BTreeMap::new(),
         files: BTreeMap::new(),
         keys: Vec::new(),
+        positions: false,
+        deletes: Vec::new(),
         live_rows: BTreeMap::new(),
         shadow: None,
     }
@@ -275,6 +284,7 @@ async fn check_files(
         files.push((&file.path, &file.sha256, meta.bytes));
     }
     files.extend(chain.keys.iter().map(|k| (k.path.as_str(), k.sha256.as_str(), k.bytes)));
+    files.extend(chain.deletes.iter().map(|d| (d.path.as_str(), d.sha256.as_str(), d.bytes)));
     let store = previous.location.store();
     for (path, sha256, bytes) in files {
         let object = previous.location.path(path);
@@ -365,10 +375,9 @@ pub(super) async fn finish(
     };
     let mut tables: BTreeMap<Table, Vec<FileEntry>> = BTreeMap::new();
     // Per source: the incremental candidate, and the shadow's full one.
-    let mut candidates: Vec<(String, Table, Listed, Vec<KeysFile>)> = Vec::new();
+    let mut candidates: Vec<Candidate> = Vec::new();
     let mut shadows: Vec<(String, Table, Listed)> = Vec::new();
     let mut total_read = 0;
-    let mut dropped_by_source: BTreeMap<String, Listed> = BTreeMap::new();
     for read in &reads {
         let source = read.source;
         let label = source.label();
@@ -377,23 +386,6 @@ pub(super) async fn finish(
         total_read += read.rows_read;
         let own = describe_files(&ctx, &location, &read.files, &label, seq, table).await?;
         check_unique_keys(&ctx, &location, &own, source).await?;
-        let mut listed: Listed = Vec::new();
-        let mut keys: Vec<KeysFile> = Vec::new();
-        if let Some(previous) = previous {
-            let (carried, dropped) = carried_files(previous, &label, lower);
-            dropped_by_source.insert(label.clone(), dropped);
-            let superseding = superseding_keys(&ctx, &location, &own, &carried).await?;
-            if superseding.num_rows() > 0 {
-                keys.push(write_keys(writer, source, seq, &superseding).await?);
-            }
-            // A keys file is needed while an earlier segment it supersedes is listed.
-            let oldest = carried.iter().map(|(_, _, m)| m.seq).min().unwrap_or(seq);
-            for k in previous.chain.keys.iter().filter(|k| k.source == label && k.seq > oldest) {
-                keys.push(KeysFile { path: sibling(&previous.folder, &k.path), ..k.clone() });
-            }
-            listed.extend(carried);
-        }
-        listed.extend(own.iter().cloned());
         // Every row the database returned is in a listed file (a dropped file fails here).
         let listed_rows: u64 = own.iter().map(|(_, e, _)| e.rows).sum();
         if listed_rows != read.rows_read {
@@ -405,7 +397,26 @@ pub(super) async fn finish(
                 ),
             });
         }
-        candidates.push((label.clone(), table, listed, keys));
+        let candidate = match previous {
+            None => {
+                let window = (lower, cut);
+                let live =
+                    count(live_rows(&ctx, &location, table, &own, &[], window, false)?).await?;
+                Candidate {
+                    label: label.clone(),
+                    table,
+                    listed: own,
+                    keys: Vec::new(),
+                    deletes: None,
+                    live,
+                }
+            }
+            Some(previous) => {
+                let tonight = Tonight { job, night, shadow, lower, cut };
+                follow(writer, &tonight, previous, source, own).await?
+            }
+        };
+        candidates.push(candidate);
         if let Some(files) = &read.shadow {
             let full = describe_files(&ctx, &location, files, &label, 0, table).await?;
             check_unique_keys(&ctx, &location, &full, source).await?;
@@ -428,22 +439,8 @@ pub(super) async fn finish(
             },
         );
     }
-
-    // Live rows per source: the counts `run` reports, checked against last night's.
-    for (label, table, listed, keys) in &candidates {
-        let live = match previous {
-            None => {
-                count(live_rows(&ctx, &location, *table, listed, keys, (lower, cut), false)?)
-                    .await?
-            }
-            Some(previous) => {
-                let dropped = dropped_by_source.get(label).map(Vec::as_slice).unwrap_or_default();
-                let source =
-                    Continuity { label, table: *table, listed, dropped, keys, seq, lower, cut };
-                source.live_rows(&ctx, &location, previous).await?
-            }
-        };
-        chain.live_rows.insert(label.clone(), live);
+    for candidate in &candidates {
+        chain.live_rows.insert(candidate.label.clone(), candidate.live);
     }
 
     let line;
@@ -459,12 +456,14 @@ pub(super) async fn finish(
         chain.seq = 0;
         chain.mode = "full".into();
         chain.previous = previous.map(|p| p.folder.clone());
-        candidates = shadows.into_iter().map(|(l, t, files)| (l, t, files, Vec::new())).collect();
+        candidates.clear();
         chain.live_rows.clear();
-        for (label, table, listed, _) in &candidates {
-            let live = count(live_rows(&ctx, &location, *table, listed, &[], (lower, cut), false)?)
+        for (label, table, listed) in shadows {
+            let live = count(live_rows(&ctx, &location, table, &listed, &[], (lower, cut), false)?)
                 .await?;
             chain.live_rows.insert(label.clone(), live);
+            let (keys, deletes) = (Vec::new(), None);
+            candidates.push(Candidate { label, table, listed, keys, deletes, live });
         }
         line = match difference {
             None => "export: shadow check: the incremental chain equals a full export of the same state; the chain rebases on the full export".to_string(),
@@ -479,13 +478,15 @@ pub(super) async fn finish(
             ),
         };
     }
-    for (_, table, listed, keys) in candidates {
+    for Candidate { table, listed, keys, deletes, .. } in candidates {
         for (path, entry, meta) in listed {
             chain.files.insert(path.clone(), meta);
             tables.entry(table).or_default().push(FileEntry { path, ..entry });
         }
         chain.keys.extend(keys);
+        chain.deletes.extend(deletes);
     }
+    chain.positions = true;
     for (table, files) in tables {
         writer.add(table, files);
     }
@@ -493,180 +494,93 @@ pub(super) async fn finish(
     Ok(line)
 }
 
-/// One source of tonight's candidate manifest, for its live rows and the continuity check.
-struct Continuity<'a> {
-    label: &'a str,
+/// One source of tonight's candidate manifest.
+struct Candidate {
+    label: String,
     table: Table,
     /// Carried and tonight's files.
-    listed: &'a Listed,
-    /// The previous night's files the lookback no longer needs.
-    dropped: &'a [(String, FileEntry, chain::SegmentFile)],
+    listed: Listed,
     /// The keys files tonight's manifest lists (tonight's own included).
-    keys: &'a [KeysFile],
-    seq: u32,
-    lower: Micros,
-    cut: Micros,
+    keys: Vec<KeysFile>,
+    /// Tonight's position deletes file (none when nothing listed is superseded).
+    deletes: Option<DeletesFile>,
+    /// Live rows.
+    live: u64,
 }
 
-impl Continuity<'_> {
-    /// Tonight's live rows, from one scan of the source's keys and event times over every
-    /// file of both nights; checked before the manifest against last night's: the rows
-    /// that scan finds live under last night's rules must be exactly the live rows the
-    /// previous manifest recorded. A file lost between the nights, a keys file listed
-    /// wrongly, or a merge that loses or revives a version breaks it.
-    async fn live_rows(
-        &self,
-        ctx: &SessionContext,
-        location: &Location,
-        previous: &Previous,
-    ) -> Result<u64> {
-        use datafusion::functions_aggregate::expr_fn::{max, sum};
-        use datafusion::prelude::{lit, when};
-        let Continuity { label, table, listed, dropped, keys, seq, lower, cut } = *self;
-        let context = |e| Error::query(format!("the live rows of {label}"), e);
-        let event = event_column(table);
-        let schema = chain::file_schema(table);
-        let mut by_seq: BTreeMap<(u32, bool), Vec<String>> = BTreeMap::new();
-        for (path, _, meta) in listed.iter() {
-            by_seq.entry((meta.seq, false)).or_default().push(path.clone());
+/// The candidate of a source that follows `previous`: its carried files, the keys and
+/// positions tonight supersedes, and its live rows from one pass over every file of both
+/// nights ([`supersede::pass`]), checked before the manifest against last night's: the
+/// rows live under last night's manifest must be exactly the live rows it recorded. A
+/// file lost between the nights, or deletes that lose or revive a version, break it.
+async fn follow(
+    writer: &SnapshotWriter,
+    tonight: &Tonight<'_>,
+    previous: &Previous,
+    source: &SourceConfig,
+    own: Listed,
+) -> Result<Candidate> {
+    let location = writer.location();
+    let (label, table) = (source.label(), source.table);
+    let (carried, dropped) = carried_files(previous, &label, tonight.lower);
+    let previous_deletes: Vec<&DeletesFile> =
+        previous.chain.deletes.iter().filter(|d| d.source == label).collect();
+    let mut before =
+        deletes::read(&previous.location, &previous_deletes, |p| sibling(&previous.folder, p))
+            .await?;
+    let mut files = Vec::new();
+    for (listed, role) in
+        [(&own, Role::Tonight), (&carried, Role::Carried), (&dropped, Role::Dropped)]
+    {
+        for (path, _, meta) in listed {
+            let deleted_before = before.remove(path).unwrap_or_default();
+            files.push(ChainFile { path: path.clone(), bytes: meta.bytes, role, deleted_before });
         }
-        for (path, _, meta) in dropped {
-            by_seq.entry((meta.seq, true)).or_default().push(path.clone());
-        }
-        let mut rows: Option<datafusion::prelude::DataFrame> = None;
-        for ((file_seq, is_dropped), paths) in by_seq {
-            let frame = files_frame(ctx, location, &paths, std::sync::Arc::clone(&schema))?
-                .select(vec![
-                    col(KEY_COLUMN),
-                    col(event).alias("event"),
-                    lit(i64::from(file_seq)).alias("seq"),
-                    lit(is_dropped).alias("dropped"),
-                ])
-                .map_err(context)?;
-            rows = Some(match rows {
-                None => frame,
-                Some(all) => all.union(frame).map_err(context)?,
+    }
+    let previous_lower = parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
+        .unwrap_or(Micros::MIN);
+    let windows =
+        Windows { previous: (previous_lower, previous.cut), tonight: (tonight.lower, tonight.cut) };
+    let concurrency = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let found = supersede::pass(location, table, files, windows, concurrency).await?;
+    if let Some(&recorded) = previous.chain.live_rows.get(&label) {
+        if found.was_live != recorded {
+            return Err(Error::Snapshot {
+                location: location.to_string(),
+                message: format!(
+                    "continuity check failed for {label}: {} recorded {recorded} live rows, its files now hold {}",
+                    previous.folder, found.was_live
+                ),
             });
         }
-        let Some(rows) = rows else { return Ok(0) };
-        // Every keys file of both nights, newest segment per key: last night's, and
-        // whether tonight's lists it.
-        let mut all_keys: Vec<KeysFile> = keys.to_vec();
-        for k in previous.chain.keys.iter().filter(|k| k.source == label) {
-            let path = sibling(&previous.folder, &k.path);
-            if !all_keys.iter().any(|known| known.path == path) {
-                all_keys.push(KeysFile { path, ..k.clone() });
-            }
-        }
-        let tonight = i64::from(seq);
-        let mut key_frames: Option<datafusion::prelude::DataFrame> = None;
-        for k in &all_keys {
-            let frame =
-                files_frame(ctx, location, std::slice::from_ref(&k.path), chain::keys_schema())?
-                    .select(vec![
-                        col(KEY_COLUMN).alias("k_key"),
-                        lit(i64::from(k.seq)).alias("k_seq"),
-                    ])
-                    .map_err(context)?;
-            key_frames = Some(match key_frames {
-                None => frame,
-                Some(all) => all.union(frame).map_err(context)?,
-            });
-        }
-        let rows = match key_frames {
-            None => rows
-                .select(vec![
-                    col(KEY_COLUMN),
-                    col("event"),
-                    col("seq"),
-                    col("dropped"),
-                    lit(datafusion::common::ScalarValue::Int64(None)).alias("prev_newest"),
-                    lit(0i64).alias("tonight"),
-                ])
-                .map_err(context)?,
-            Some(keys) => {
-                let newest = keys
-                    .aggregate(
-                        vec![col("k_key")],
-                        vec![
-                            max(when(col("k_seq").lt(lit(tonight)), col("k_seq"))
-                                .end()
-                                .map_err(context)?)
-                            .alias("prev_newest"),
-                            max(when(col("k_seq").eq(lit(tonight)), lit(1i64))
-                                .otherwise(lit(0i64))
-                                .map_err(context)?)
-                            .alias("tonight"),
-                        ],
-                    )
-                    .map_err(context)?;
-                // The keys are the hash table (a hash join collects its left input).
-                newest
-                    .join(
-                        rows,
-                        datafusion::common::JoinType::Right,
-                        &["k_key"],
-                        &[KEY_COLUMN],
-                        None,
-                    )
-                    .map_err(context)?
-            }
-        };
-        let not_superseded_before =
-            col("prev_newest").is_null().or(col("prev_newest").lt_eq(col("seq")));
-        let in_window = |from: Micros, to: Micros| {
-            col("event")
-                .gt(lit(chain::instant(from)))
-                .and(col("event").lt_eq(lit(chain::instant(to))))
-        };
-        let previous_lower =
-            parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
-                .unwrap_or(Micros::MIN);
-        let was_live = col("seq")
-            .lt(lit(tonight))
-            .and(not_superseded_before.clone())
-            .and(in_window(previous_lower, previous.cut));
-        let is_live = col("dropped")
-            .eq(lit(false))
-            .and(not_superseded_before)
-            .and(
-                col("seq")
-                    .eq(lit(tonight))
-                    .or(col("tonight").is_null())
-                    .or(col("tonight").eq(lit(0i64))),
-            )
-            .and(in_window(lower, cut));
-        let one = |e: datafusion::prelude::Expr| -> Result<datafusion::prelude::Expr> {
-            Ok(sum(when(e, lit(1i64)).otherwise(lit(0i64)).map_err(context)?))
-        };
-        let counts = rows
-            .aggregate(
-                vec![],
-                vec![one(was_live)?.alias("was_live"), one(is_live)?.alias("is_live")],
-            )
-            .map_err(context)?;
-        let batches = collect(counts, "counting live rows").await?;
-        let value = |name: &str| -> u64 {
-            batches
-                .first()
-                .and_then(|b| b.column_by_name(name))
-                .map(|c| c.as_primitive::<datafusion::arrow::datatypes::Int64Type>())
-                .filter(|c| !c.is_empty() && !c.is_null(0))
-                .map_or(0, |c| c.value(0) as u64)
-        };
-        let (was_live, live) = (value("was_live"), value("is_live"));
-        if let Some(&recorded) = previous.chain.live_rows.get(label) {
-            if was_live != recorded {
-                return Err(Error::Snapshot {
-                    location: location.to_string(),
-                    message: format!(
-                        "continuity check failed for {label}: {} recorded {recorded} live rows, its files now hold {was_live}",
-                        previous.folder
-                    ),
-                });
-            }
-        }
-        Ok(live)
+    }
+    let mut keys = Vec::new();
+    if !found.superseding.is_empty() {
+        let batch = RecordBatch::try_new(
+            chain::keys_schema(),
+            vec![Arc::new(StringArray::from(found.superseding))],
+        )
+        .map_err(|e| Error::Internal(format!("keys: {e}")))?;
+        keys.push(write_keys(writer, source, tonight_seq(tonight), &batch).await?);
+    }
+    // A keys file is needed while an earlier segment it supersedes is listed.
+    let oldest = carried.iter().map(|(_, _, m)| m.seq).min().unwrap_or(tonight_seq(tonight));
+    for k in previous.chain.keys.iter().filter(|k| k.source == label && k.seq > oldest) {
+        keys.push(KeysFile { path: sibling(&previous.folder, &k.path), ..k.clone() });
+    }
+    let deletes = match found.deleted.is_empty() {
+        true => None,
+        false => Some(write_deletes(writer, source, &found.deleted).await?),
+    };
+    let mut listed = carried;
+    listed.extend(own);
+    Ok(Candidate { label, table, listed, keys, deletes, live: found.live })
+}
+
+fn tonight_seq(tonight: &Tonight<'_>) -> u32 {
+    match tonight.night {
+        Night::Full { .. } => 0,
+        Night::Incremental { seq, .. } => *seq,
     }
 }
 
@@ -725,43 +639,6 @@ async fn check_unique_keys(
     })
 }
 
-/// Tonight's keys that an earlier file of the chain also holds: tonight's versions
-/// supersede those.
-async fn superseding_keys(
-    ctx: &SessionContext,
-    location: &Location,
-    own: &Listed,
-    carried: &Listed,
-) -> Result<RecordBatch> {
-    let empty = RecordBatch::new_empty(chain::keys_schema());
-    if own.is_empty() || carried.is_empty() {
-        return Ok(empty);
-    }
-    let table = table_of(&own[0].1.path);
-    let schema = chain::file_schema(table);
-    let new_paths: Vec<String> = own.iter().map(|(p, _, _)| p.clone()).collect();
-    let old_paths: Vec<String> = carried.iter().map(|(p, _, _)| p.clone()).collect();
-    let context = |e| Error::query("finding the keys tonight supersedes", e);
-    let new = files_frame(ctx, location, &new_paths, Arc::clone(&schema))?
-        .select(vec![col(KEY_COLUMN)])
-        .map_err(context)?;
-    let old = files_frame(ctx, location, &old_paths, schema)?
-        .select(vec![col(KEY_COLUMN).alias("earlier_key")])
-        .map_err(context)?;
-    let keys = new
-        .join(old, datafusion::common::JoinType::LeftSemi, &[KEY_COLUMN], &["earlier_key"], None)
-        .and_then(|f| f.distinct())
-        .and_then(|f| f.sort(vec![col(KEY_COLUMN).sort(true, false)]))
-        .map_err(context)?;
-    let batches = collect(keys, "finding the keys tonight supersedes").await?;
-    datafusion::arrow::compute::concat_batches(&chain::keys_schema(), &batches)
-        .map_err(|e| Error::Internal(format!("keys: {e}")))
-}
-
-fn table_of(path: &str) -> Table {
-    path.split('/').find_map(Table::from_name).unwrap_or(Table::Ledger)
-}
-
 async fn write_keys(
     writer: &SnapshotWriter,
     source: &SourceConfig,
@@ -788,16 +665,44 @@ async fn write_keys(
     })
 }
 
+async fn write_deletes(
+    writer: &SnapshotWriter,
+    source: &SourceConfig,
+    positions: &deletes::Positions,
+) -> Result<DeletesFile> {
+    let mut parts = writer.deletes_writer(source.table, &source.name);
+    parts.write(&deletes::batch(positions)?).await?;
+    let files = parts.finish().await?;
+    let file = files
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Internal("no position deletes file".into()))?;
+    let location = writer.location();
+    let meta = location
+        .store()
+        .head(&location.path(&file.path))
+        .await
+        .map_err(|e| Error::store(location.display(&file.path), e))?;
+    Ok(DeletesFile {
+        path: file.path,
+        source: source.label(),
+        rows: file.rows,
+        bytes: meta.size,
+        sha256: file.sha256,
+    })
+}
+
 /// The first difference between the chain's live rows and the full export's, source by
 /// source in config order, by key: `ledger[fulfilment] key 'm-1': column action …`.
 async fn first_difference(
     ctx: &SessionContext,
     location: &Location,
-    candidates: &[(String, Table, Listed, Vec<KeysFile>)],
+    candidates: &[Candidate],
     shadows: &[(String, Table, Listed)],
     window: (Micros, Micros),
 ) -> Result<Option<String>> {
-    for ((label, table, listed, keys), (_, _, full)) in candidates.iter().zip(shadows) {
+    for (candidate, (_, _, full)) in candidates.iter().zip(shadows) {
+        let Candidate { label, table, listed, keys, .. } = candidate;
         let chain_rows = live_rows(ctx, location, *table, listed, keys, window, true)?;
         let full_rows = live_rows(ctx, location, *table, full, &[], window, true)?;
         let context = |e| Error::query(format!("comparing {label} with the full export"), e);

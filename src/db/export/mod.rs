@@ -28,6 +28,7 @@ mod chunks;
 mod incremental;
 mod progress;
 mod sort;
+mod supersede;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -1,0 +1,236 @@
+//! One pass over a source's chain at export time: where tonight's keys supersede a carried
+//! version (the keys file and the position deletes of tonight's manifest), and the live
+//! rows before and after tonight (the continuity check). Each file's `recon_key` and event
+//! time are read once, with plain Parquet reads, one task per file.
+
+// ParquetObjectReader is deprecated in parquet 59 (see reader.rs); it still decodes a
+// file from object storage the way every other reader of the crate does.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, AsArray, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
+use datafusion::common::HashSet;
+use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
+use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStream;
+use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use datafusion::parquet::errors::ParquetError;
+use futures::{StreamExt, TryStreamExt};
+
+use crate::error::{Error, Result};
+use crate::snapshot::chain::{event_column, KEY_COLUMN};
+use crate::snapshot::deletes::Positions;
+use crate::snapshot::Table;
+use crate::storage::Location;
+use crate::time::Micros;
+
+/// What a file is to tonight's manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// Tonight's segment: every row is the newest version of its key.
+    Tonight,
+    /// An earlier segment's file the lookback still needs.
+    Carried,
+    /// An earlier segment's file that left the lookback (counted for last night only).
+    Dropped,
+}
+
+/// One data file of the source.
+#[derive(Debug, Clone)]
+pub(super) struct ChainFile {
+    /// Its path as tonight's manifest names it.
+    pub path: String,
+    pub bytes: u64,
+    pub role: Role,
+    /// Its rows superseded before tonight (last night's position deletes), ascending.
+    pub deleted_before: Vec<u64>,
+}
+
+/// The live-row windows `(lower, cut]` of last night and tonight.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Windows {
+    pub previous: (Micros, Micros),
+    pub tonight: (Micros, Micros),
+}
+
+/// What the pass found.
+#[derive(Debug, Default)]
+pub(super) struct Pass {
+    /// Tonight's keys that a carried file also holds, sorted.
+    pub superseding: Vec<String>,
+    /// Per carried file with superseded rows: all of them, earlier nights' and tonight's.
+    pub deleted: Positions,
+    /// Rows live under last night's manifest (its window, its deletes).
+    pub was_live: u64,
+    /// Rows live under tonight's.
+    pub live: u64,
+}
+
+/// One file's share of a [`Pass`].
+#[derive(Default)]
+struct FilePass {
+    superseding: Vec<String>,
+    deleted_tonight: Vec<u64>,
+    was_live: u64,
+    live: u64,
+}
+
+/// Reads every file of `files` (paths relative to `location`) once; `concurrency` files
+/// at a time.
+pub(super) async fn pass(
+    location: &Location,
+    table: Table,
+    files: Vec<ChainFile>,
+    windows: Windows,
+    concurrency: usize,
+) -> Result<Pass> {
+    // Tonight's keys first: the carried files are matched against them.
+    let mut keys: HashSet<String> = HashSet::new();
+    let mut result = Pass::default();
+    for file in files.iter().filter(|f| f.role == Role::Tonight) {
+        let mut batches = read(location, file, table).await?;
+        while let Some(batch) = next(&mut batches, location, file).await? {
+            let (key, event) = columns(&batch, location, file, table)?;
+            for row in 0..batch.num_rows() {
+                keys.insert(key.value(row).to_string());
+                result.live += u64::from(within(event.value(row), windows.tonight));
+            }
+        }
+    }
+    let keys = Arc::new(keys);
+    let earlier: Vec<ChainFile> = files.into_iter().filter(|f| f.role != Role::Tonight).collect();
+    let passes: Vec<(ChainFile, FilePass)> = futures::stream::iter(earlier)
+        .map(|file| {
+            let (location, keys) = (location.clone(), Arc::clone(&keys));
+            async move {
+                let task = tokio::spawn(async move {
+                    let found = pass_file(&location, table, &file, &keys, windows).await;
+                    found.map(|found| (file, found))
+                });
+                task.await.map_err(|e| Error::Internal(format!("a chain file's pass: {e}")))?
+            }
+        })
+        .buffered(concurrency.max(1))
+        .try_collect()
+        .await?;
+    for (file, found) in passes {
+        result.was_live += found.was_live;
+        result.live += found.live;
+        result.superseding.extend(found.superseding);
+        if file.role == Role::Carried
+            && (!found.deleted_tonight.is_empty() || !file.deleted_before.is_empty())
+        {
+            let mut all = file.deleted_before;
+            all.extend(found.deleted_tonight);
+            all.sort_unstable();
+            all.dedup();
+            result.deleted.insert(file.path, all);
+        }
+    }
+    result.superseding.sort_unstable();
+    result.superseding.dedup();
+    Ok(result)
+}
+
+/// One earlier file: its rows that tonight's keys supersede, and its live rows before and
+/// after tonight.
+async fn pass_file(
+    location: &Location,
+    table: Table,
+    file: &ChainFile,
+    keys: &HashSet<String>,
+    windows: Windows,
+) -> Result<FilePass> {
+    let mut found = FilePass::default();
+    let mut before = file.deleted_before.iter().peekable();
+    let mut position = 0u64;
+    let mut batches = read(location, file, table).await?;
+    while let Some(batch) = next(&mut batches, location, file).await? {
+        let (key, event) = columns(&batch, location, file, table)?;
+        for row in 0..batch.num_rows() {
+            let at = position + row as u64;
+            while before.next_if(|&&p| p < at).is_some() {}
+            let superseded_before = before.next_if_eq(&&at).is_some();
+            if !superseded_before {
+                found.was_live += u64::from(within(event.value(row), windows.previous));
+            }
+            // A key tonight also holds is listed again even when an earlier night already
+            // superseded this version (the keys file lists every key an earlier file holds).
+            if file.role == Role::Carried {
+                if keys.contains(key.value(row)) {
+                    found.superseding.push(key.value(row).to_string());
+                    found.deleted_tonight.push(at);
+                } else if !superseded_before {
+                    found.live += u64::from(within(event.value(row), windows.tonight));
+                }
+            }
+        }
+        position += batch.num_rows() as u64;
+    }
+    Ok(found)
+}
+
+fn within(event: Micros, (lower, cut): (Micros, Micros)) -> bool {
+    event > lower && event <= cut
+}
+
+type Batches = ParquetRecordBatchStream<ParquetObjectReader>;
+
+/// The `recon_key` and event-time columns of one file, batch by batch.
+async fn read(location: &Location, file: &ChainFile, table: Table) -> Result<Batches> {
+    let reader = ParquetObjectReader::new(Arc::clone(location.store()), location.path(&file.path))
+        .with_file_size(file.bytes);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(|e| unreadable(location, file, e))?;
+    let mask = ProjectionMask::columns(builder.parquet_schema(), [KEY_COLUMN, event_column(table)]);
+    builder.with_projection(mask).build().map_err(|e| unreadable(location, file, e))
+}
+
+async fn next(
+    batches: &mut Batches,
+    location: &Location,
+    file: &ChainFile,
+) -> Result<Option<RecordBatch>> {
+    batches.try_next().await.map_err(|e| unreadable(location, file, e))
+}
+
+fn unreadable(location: &Location, file: &ChainFile, e: ParquetError) -> Error {
+    Error::SnapshotFile {
+        file: location.display(&file.path),
+        message: format!("unreadable Parquet: {e}"),
+        source: None,
+    }
+}
+
+/// The key (Utf8) and the event time (µs) of a batch [`read`] returned.
+fn columns(
+    batch: &RecordBatch,
+    location: &Location,
+    file: &ChainFile,
+    table: Table,
+) -> Result<(StringArray, TimestampMicrosecondArray)> {
+    let column = |name: &str, to: DataType| {
+        let bad = || Error::Column {
+            file: location.display(&file.path),
+            column: name.to_string(),
+            message: format!("missing, NULL or not castable to {to}"),
+            source: None,
+        };
+        let values = batch.column_by_name(name).ok_or_else(bad)?;
+        let values = cast(values, &to).map_err(|_| bad())?;
+        if values.null_count() > 0 {
+            return Err(bad());
+        }
+        Ok(values)
+    };
+    let key = column(KEY_COLUMN, DataType::Utf8)?.as_string::<i32>().clone();
+    let event = column(event_column(table), DataType::Timestamp(TimeUnit::Microsecond, None))?
+        .as_primitive::<TimestampMicrosecondType>()
+        .clone();
+    Ok((key, event))
+}
