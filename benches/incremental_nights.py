@@ -163,6 +163,8 @@ def main():
                          "the default 5m would re-read every earlier night's changes (the open-transaction term "
                          "of the probe keeps 1s safe)")
     ap.add_argument("--results", help="also append the table to this file")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the work folder (snapshots, runs, job configs) for profiling")
     args = ap.parse_args()
     target = os.environ.get("CARGO_TARGET_DIR", str(Path.home() / ".cache/effect-recon/target"))
     binary = os.environ.get("EFFECT_RECON_BIN", f"{target}/release/effect-recon")
@@ -242,7 +244,10 @@ def main():
             with open(args.results, "a") as out:
                 out.write(text)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

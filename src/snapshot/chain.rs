@@ -325,6 +325,22 @@ pub(crate) async fn describe_files(
     seq: u32,
     table: Table,
 ) -> Result<Listed> {
+    let mut listed = list_files(location, files, label, seq).await?;
+    for (path, _, meta) in &mut listed {
+        let frame = files_frame(ctx, location, std::slice::from_ref(path), file_schema(table))?;
+        meta.max_event = max_instant(frame, event_column(table)).await?.map(format_instant);
+    }
+    Ok(listed)
+}
+
+/// Newly written files of one source with their sizes; their latest event times are left
+/// for the caller to fill in.
+pub(crate) async fn list_files(
+    location: &Location,
+    files: &[FileEntry],
+    label: &str,
+    seq: u32,
+) -> Result<Listed> {
     let mut listed = Listed::new();
     for file in files {
         let path = location.path(&file.path);
@@ -333,19 +349,9 @@ pub(crate) async fn describe_files(
             .head(&path)
             .await
             .map_err(|e| Error::store(location.display(&file.path), e))?;
-        let frame =
-            files_frame(ctx, location, std::slice::from_ref(&file.path), file_schema(table))?;
-        let max_event = max_instant(frame, event_column(table)).await?;
-        listed.push((
-            file.path.clone(),
-            file.clone(),
-            SegmentFile {
-                source: label.to_string(),
-                seq,
-                bytes: meta.size,
-                max_event: max_event.map(format_instant),
-            },
-        ));
+        let segment =
+            SegmentFile { source: label.to_string(), seq, bytes: meta.size, max_event: None };
+        listed.push((file.path.clone(), file.clone(), segment));
     }
     Ok(listed)
 }

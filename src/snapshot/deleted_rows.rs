@@ -33,8 +33,8 @@ pub(crate) struct DeletedRowsTable {
 
 impl DeletedRowsTable {
     /// Wraps a Parquet file table; `selections` names the rows to keep of some of its files.
-    pub(crate) fn new(inner: Arc<dyn TableProvider>, selections: Selections) -> Self {
-        DeletedRowsTable { inner, selections: Arc::new(selections) }
+    pub(crate) fn new(inner: Arc<dyn TableProvider>, selections: Arc<Selections>) -> Self {
+        DeletedRowsTable { inner, selections }
     }
 
     /// `plan` with each file's selection attached. Its statistics become estimates: the

@@ -240,7 +240,7 @@ impl Snapshot {
                 stats.files += 1;
             }
             stats.rows.insert(table.name().to_string(), table_rows);
-            let none = Selections::new();
+            let none = Arc::new(Selections::new());
             let read = TableRead { row_groups: &row_groups, selections: &none, keep_key: false };
             let frame = self.table_frame(ctx, table, groups, read).await?;
             ctx.register_table(table.name(), frame.into_view())
@@ -369,6 +369,7 @@ impl Snapshot {
                 .push((schema, self.location.url(&file.path)));
             stats.files += 1;
         }
+        let selections = Arc::new(selections);
         if let Some(path) = deleted.keys().next() {
             return Err(self.bad_deletes(format!("names {path}, which the manifest does not list")));
         }
@@ -457,7 +458,7 @@ impl Snapshot {
             let mut provider: Arc<dyn TableProvider> =
                 Arc::new(ListingTable::try_new(config).map_err(context)?);
             if !selections.is_empty() {
-                provider = Arc::new(DeletedRowsTable::new(provider, selections.clone()));
+                provider = Arc::new(DeletedRowsTable::new(provider, Arc::clone(selections)));
             }
             // A cluster's scheduler plans the scans itself and knows no providers of ours:
             // there the table stays a plain listing table (same rows, DataFusion's split).
@@ -489,7 +490,7 @@ struct TableRead<'a> {
     /// Where each file's row groups lie (for `order_id` range scans).
     row_groups: &'a RowGroupIndex,
     /// The rows to read of files with position deletes.
-    selections: &'a Selections,
+    selections: &'a Arc<Selections>,
     /// Whether `recon_key` stays (a merge by key needs it).
     keep_key: bool,
 }

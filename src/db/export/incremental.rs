@@ -28,8 +28,8 @@ use super::supersede::{self, ChainFile, Role, Windows};
 use crate::config::job::{JobConfig, SourceConfig};
 use crate::error::{Error, Result};
 use crate::snapshot::chain::{
-    self, collect, count, describe_files, files_frame, live_rows, sibling, Chain, KeysFile, Listed,
-    Shadow, SourceMark, KEY_COLUMN,
+    self, collect, count, describe_files, files_frame, list_files, live_rows, sibling, Chain,
+    KeysFile, Listed, Shadow, SourceMark, KEY_COLUMN,
 };
 use crate::snapshot::deletes::{self, DeletesFile};
 use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
@@ -384,8 +384,16 @@ pub(super) async fn finish(
         let table = source.table;
         let (key, changed) = source.change_columns().unwrap_or_default();
         total_read += read.rows_read;
-        let own = describe_files(&ctx, &location, &read.files, &label, seq, table).await?;
-        check_unique_keys(&ctx, &location, &own, source).await?;
+        // A night that follows finds its files' latest event times and repeated keys in
+        // its one pass over the chain.
+        let own = match previous {
+            None => {
+                let own = describe_files(&ctx, &location, &read.files, &label, seq, table).await?;
+                check_unique_keys(&ctx, &location, &own, source).await?;
+                own
+            }
+            Some(_) => list_files(&location, &read.files, &label, seq).await?,
+        };
         // Every row the database returned is in a listed file (a dropped file fails here).
         let listed_rows: u64 = own.iter().map(|(_, e, _)| e.rows).sum();
         if listed_rows != read.rows_read {
@@ -412,8 +420,8 @@ pub(super) async fn finish(
                 }
             }
             Some(previous) => {
-                let tonight = Tonight { job, night, shadow, lower, cut };
-                follow(writer, &tonight, previous, source, own).await?
+                let window = (seq, lower, cut);
+                follow(&ctx, writer, previous, source, own, window).await?
             }
         };
         candidates.push(candidate);
@@ -514,15 +522,16 @@ struct Candidate {
 /// rows live under last night's manifest must be exactly the live rows it recorded. A
 /// file lost between the nights, or deletes that lose or revive a version, break it.
 async fn follow(
+    ctx: &SessionContext,
     writer: &SnapshotWriter,
-    tonight: &Tonight<'_>,
     previous: &Previous,
     source: &SourceConfig,
     own: Listed,
+    (seq, lower, cut): (u32, Micros, Micros),
 ) -> Result<Candidate> {
     let location = writer.location();
     let (label, table) = (source.label(), source.table);
-    let (carried, dropped) = carried_files(previous, &label, tonight.lower);
+    let (carried, dropped) = carried_files(previous, &label, lower);
     let previous_deletes: Vec<&DeletesFile> =
         previous.chain.deletes.iter().filter(|d| d.source == label).collect();
     let mut before =
@@ -539,10 +548,18 @@ async fn follow(
     }
     let previous_lower = parse_instant(previous.manifest.coverage_from.as_deref().unwrap_or(""))
         .unwrap_or(Micros::MIN);
-    let windows =
-        Windows { previous: (previous_lower, previous.cut), tonight: (tonight.lower, tonight.cut) };
+    let windows = Windows { previous: (previous_lower, previous.cut), tonight: (lower, cut) };
     let concurrency = std::thread::available_parallelism().map_or(1, |n| n.get());
     let found = supersede::pass(location, table, files, windows, concurrency).await?;
+    if found.repeated_key {
+        // The check names the key and its copies.
+        check_unique_keys(ctx, location, &own, source).await?;
+        return Err(Error::Internal(format!("{label}: a repeated key was not found again")));
+    }
+    let mut own = own;
+    for (path, _, meta) in &mut own {
+        meta.max_event = found.latest.get(path).copied().map(format_instant);
+    }
     if let Some(&recorded) = previous.chain.live_rows.get(&label) {
         if found.was_live != recorded {
             return Err(Error::Snapshot {
@@ -561,10 +578,10 @@ async fn follow(
             vec![Arc::new(StringArray::from(found.superseding))],
         )
         .map_err(|e| Error::Internal(format!("keys: {e}")))?;
-        keys.push(write_keys(writer, source, tonight_seq(tonight), &batch).await?);
+        keys.push(write_keys(writer, source, seq, &batch).await?);
     }
     // A keys file is needed while an earlier segment it supersedes is listed.
-    let oldest = carried.iter().map(|(_, _, m)| m.seq).min().unwrap_or(tonight_seq(tonight));
+    let oldest = carried.iter().map(|(_, _, m)| m.seq).min().unwrap_or(seq);
     for k in previous.chain.keys.iter().filter(|k| k.source == label && k.seq > oldest) {
         keys.push(KeysFile { path: sibling(&previous.folder, &k.path), ..k.clone() });
     }
@@ -575,13 +592,6 @@ async fn follow(
     let mut listed = carried;
     listed.extend(own);
     Ok(Candidate { label, table, listed, keys, deletes, live: found.live })
-}
-
-fn tonight_seq(tonight: &Tonight<'_>) -> u32 {
-    match tonight.night {
-        Night::Full { .. } => 0,
-        Night::Incremental { seq, .. } => *seq,
-    }
 }
 
 /// The previous night's files of `label`: those the lookback still needs, and those it

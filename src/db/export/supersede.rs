@@ -7,6 +7,7 @@
 // file from object storage the way every other reader of the crate does.
 #![allow(deprecated)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -68,6 +69,10 @@ pub(super) struct Pass {
     pub was_live: u64,
     /// Rows live under tonight's.
     pub live: u64,
+    /// Whether tonight's files hold a key twice (bad input).
+    pub repeated_key: bool,
+    /// The latest event time of each of tonight's files that has rows.
+    pub latest: BTreeMap<String, Micros>,
 }
 
 /// One file's share of a [`Pass`].
@@ -96,8 +101,12 @@ pub(super) async fn pass(
         while let Some(batch) = next(&mut batches, location, file).await? {
             let (key, event) = columns(&batch, location, file, table)?;
             for row in 0..batch.num_rows() {
-                keys.insert(key.value(row).to_string());
+                result.repeated_key |= !keys.insert(key.value(row).to_string());
                 result.live += u64::from(within(event.value(row), windows.tonight));
+            }
+            if let Some(latest) = datafusion::arrow::compute::max(&event) {
+                let at = result.latest.entry(file.path.clone()).or_insert(latest);
+                *at = (*at).max(latest);
             }
         }
     }
