@@ -33,6 +33,7 @@ use crate::snapshot::chain::{
 };
 use crate::snapshot::deletes::{self, DeletesFile};
 use crate::snapshot::{FileEntry, Snapshot, SnapshotManifest, SnapshotWriter, Table, MANIFEST};
+use crate::storage::parquet_parts::PartWriter;
 use crate::storage::Location;
 use crate::time::{format_compact, format_instant, parse_instant, Micros, SECOND_MICROS};
 
@@ -655,24 +656,10 @@ async fn write_keys(
     seq: u32,
     keys: &RecordBatch,
 ) -> Result<KeysFile> {
-    let mut parts = writer.keys_writer(source.table, &source.name);
-    parts.write(keys).await?;
-    let files = parts.finish().await?;
-    let file = files.into_iter().next().ok_or_else(|| Error::Internal("no keys file".into()))?;
-    let location = writer.location();
-    let meta = location
-        .store()
-        .head(&location.path(&file.path))
-        .await
-        .map_err(|e| Error::store(location.display(&file.path), e))?;
-    Ok(KeysFile {
-        path: file.path,
-        source: source.label(),
-        seq,
-        rows: file.rows,
-        bytes: meta.size,
-        sha256: file.sha256,
-    })
+    let parts = writer.keys_writer(source.table, &source.name);
+    let (file, bytes) = write_single(writer, parts, keys, "keys").await?;
+    let (path, rows, sha256) = (file.path, file.rows, file.sha256);
+    Ok(KeysFile { path, source: source.label(), seq, rows, bytes, sha256 })
 }
 
 async fn write_deletes(
@@ -680,26 +667,31 @@ async fn write_deletes(
     source: &SourceConfig,
     positions: &deletes::Positions,
 ) -> Result<DeletesFile> {
-    let mut parts = writer.deletes_writer(source.table, &source.name);
-    parts.write(&deletes::batch(positions)?).await?;
+    let parts = writer.deletes_writer(source.table, &source.name);
+    let batch = deletes::batch(positions)?;
+    let (file, bytes) = write_single(writer, parts, &batch, "position deletes").await?;
+    let (path, rows, sha256) = (file.path, file.rows, file.sha256);
+    Ok(DeletesFile { path, source: source.label(), rows, bytes, sha256 })
+}
+
+/// Writes `batch` as the one file of `parts`: its entry and its size in bytes.
+async fn write_single(
+    writer: &SnapshotWriter,
+    mut parts: PartWriter,
+    batch: &RecordBatch,
+    what: &str,
+) -> Result<(FileEntry, u64)> {
+    parts.write(batch).await?;
     let files = parts.finish().await?;
-    let file = files
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::Internal("no position deletes file".into()))?;
+    let file =
+        files.into_iter().next().ok_or_else(|| Error::Internal(format!("no {what} file")))?;
     let location = writer.location();
     let meta = location
         .store()
         .head(&location.path(&file.path))
         .await
         .map_err(|e| Error::store(location.display(&file.path), e))?;
-    Ok(DeletesFile {
-        path: file.path,
-        source: source.label(),
-        rows: file.rows,
-        bytes: meta.size,
-        sha256: file.sha256,
-    })
+    Ok((file, meta.size))
 }
 
 /// The first difference between the chain's live rows and the full export's, source by
