@@ -330,16 +330,31 @@ impl Snapshot {
         // Superseded rows are skipped by position where the chain names them so (no join
         // on keys); a cluster's executors know no scan of ours and merge by key.
         let by_position = chain.positions && !crate::engine::staging::is_distributed(ctx);
-        let mut deleted = match by_position {
-            true => {
-                deletes::read(&self.location, &chain.deletes.iter().collect::<Vec<_>>(), |p| {
-                    p.to_string()
-                })
-                .await?
-            }
-            false => deletes::Positions::new(),
-        };
         let mut selections = Selections::new();
+        for file in chain.deletes.iter().filter(|_| by_position) {
+            let deleted = deletes::read(&self.location, &[file], |p| p.to_string()).await?;
+            for (path, rows) in deleted {
+                let bad = |message: String| Error::SnapshotFile {
+                    file: self.location.display(&file.path),
+                    message: format!("position deletes: {message}"),
+                    source: None,
+                };
+                let listed = listed.iter().map(|(_, f)| *f).find(|f| f.path == path);
+                let Some(listed) = listed.filter(|_| {
+                    chain.files.get(&path).is_some_and(|meta| meta.source == file.source)
+                }) else {
+                    return Err(bad(format!("names {path}, not a file of {}", file.source)));
+                };
+                if let Some(&beyond) = rows.iter().find(|&&r| r >= listed.rows) {
+                    return Err(bad(format!(
+                        "deletes row {beyond} of {path}, which holds {} rows",
+                        listed.rows
+                    )));
+                }
+                let object = self.location.path(&path).to_string();
+                selections.insert(object, deletes::selection(&rows, listed.rows));
+            }
+        }
         let mut stats = SnapshotStats::default();
         let mut checked = checked.into_iter();
         // Per table, per source, per segment: (schema, url) of each file.
@@ -350,17 +365,7 @@ impl Snapshot {
             let (schema, file_row_groups) =
                 checked.next().ok_or_else(|| Error::Internal("a file was not checked".into()))?;
             let meta = &chain.files[&file.path];
-            let object = self.location.path(&file.path).to_string();
-            if let Some(rows) = deleted.remove(&file.path) {
-                if let Some(&beyond) = rows.iter().find(|&&r| r >= file.rows) {
-                    return Err(self.bad_deletes(format!(
-                        "deletes row {beyond} of {}, which holds {} rows",
-                        file.path, file.rows
-                    )));
-                }
-                selections.insert(object.clone(), deletes::selection(&rows, file.rows));
-            }
-            row_groups.insert(object, file_row_groups);
+            row_groups.insert(self.location.path(&file.path).to_string(), file_row_groups);
             by_source
                 .entry((table, meta.source.clone()))
                 .or_default()
@@ -370,9 +375,6 @@ impl Snapshot {
             stats.files += 1;
         }
         let selections = Arc::new(selections);
-        if let Some(path) = deleted.keys().next() {
-            return Err(self.bad_deletes(format!("names {path}, which the manifest does not list")));
-        }
         for table in Table::ALL {
             let mut frames = Vec::new();
             for ((_, source), segments) in by_source.iter().filter(|((t, _), _)| *t == table) {
@@ -418,17 +420,6 @@ impl Snapshot {
             ctx.register_table(table.name(), frame.into_view()).map_err(context)?;
         }
         Ok(stats)
-    }
-
-    /// The error of a position deletes file that does not fit the manifest.
-    fn bad_deletes(&self, message: String) -> Error {
-        let chain = self.manifest.chain.as_ref();
-        let file = chain.and_then(|c| c.deletes.first()).map_or("", |d| d.path.as_str());
-        Error::SnapshotFile {
-            file: self.location.display(file),
-            message: format!("position deletes: {message}"),
-            source: None,
-        }
     }
 
     /// One DataFrame over all files of `table`, normalised to the contract types (and

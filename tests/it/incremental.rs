@@ -711,6 +711,26 @@ async fn sqlite_compaction_keeps_every_live_row_and_gc_keeps_every_referenced_fi
     let deleted: u64 = head_chain.deletes.iter().map(|d| d.rows).sum();
     let superseding: u64 = head_chain.keys.iter().map(|k| k.rows).sum();
     assert!(deleted > 0 && superseding > 0, "the history superseded rows: {head_chain:?}");
+    // A position deletes file that does not hold what the manifest says is bad input
+    // naming it (on a copy: the chain itself goes on).
+    let broken = dir.join("broken");
+    copy_tree(&bench.chain_root, &broken);
+    let broken_head = broken.join(head.file_name().unwrap());
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(broken_head.join("manifest.json")).unwrap()).unwrap();
+    let listed = json["chain"]["deletes"][0]["rows"].as_u64().unwrap();
+    json["chain"]["deletes"][0]["rows"] = (listed + 1).into();
+    std::fs::write(broken_head.join("manifest.json"), serde_json::to_vec(&json).unwrap()).unwrap();
+    let out = dir.join("broken-run");
+    let (snapshot, out) = (broken_head.to_str().unwrap(), out.to_str().unwrap());
+    let refused = command(&["run", "--snapshot", snapshot, "--out", out]).output().unwrap();
+    let (_, err) = text(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    let named = head_chain.deletes[0].path.as_str();
+    assert!(
+        err.contains(named) && err.contains(&format!("manifest.json says {}", listed + 1)),
+        "{err}"
+    );
     let compact_chain: SnapshotManifest = serde_json::from_slice(&same).unwrap();
     assert!(compact_chain.chain.as_ref().unwrap().keys.is_empty());
     assert!(compact_chain
