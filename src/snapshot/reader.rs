@@ -29,7 +29,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
 
 use super::chain::{self, Chain, CHAIN_FORMAT};
-use super::deleted_rows::{DeletedRowsTable, Selections};
+use super::deleted_rows::Selections;
 use super::deletes;
 use super::row_groups::{FileRowGroups, OrderRangeTable, RowGroupIndex};
 use super::{ColumnSpec, FileEntry, SnapshotManifest, Table, KEY_SPEC, MANIFEST, SNAPSHOT_FORMAT};
@@ -240,7 +240,7 @@ impl Snapshot {
                 stats.files += 1;
             }
             stats.rows.insert(table.name().to_string(), table_rows);
-            let none = Arc::new(Selections::new());
+            let (row_groups, none) = (Arc::new(row_groups), Arc::new(Selections::new()));
             let read = TableRead { row_groups: &row_groups, selections: &none, keep_key: false };
             let frame = self.table_frame(ctx, table, groups, read).await?;
             ctx.register_table(table.name(), frame.into_view())
@@ -374,7 +374,7 @@ impl Snapshot {
                 .push((schema, self.location.url(&file.path)));
             stats.files += 1;
         }
-        let selections = Arc::new(selections);
+        let (row_groups, selections) = (Arc::new(row_groups), Arc::new(selections));
         for table in Table::ALL {
             let mut frames = Vec::new();
             for ((_, source), segments) in by_source.iter().filter(|((t, _), _)| *t == table) {
@@ -446,17 +446,16 @@ impl Snapshot {
             let config = ListingTableConfig::new_with_multi_paths(paths)
                 .with_listing_options(options)
                 .with_schema(Arc::clone(&scan_schema));
-            let mut provider: Arc<dyn TableProvider> =
+            let provider: Arc<dyn TableProvider> =
                 Arc::new(ListingTable::try_new(config).map_err(context)?);
-            if !selections.is_empty() {
-                provider = Arc::new(DeletedRowsTable::new(provider, Arc::clone(selections)));
-            }
             // A cluster's scheduler plans the scans itself and knows no providers of ours:
-            // there the table stays a plain listing table (same rows, DataFusion's split).
+            // there the table stays a plain listing table (same rows, DataFusion's split;
+            // `register_chain` then merges by key, with no selections).
             let provider = if crate::engine::staging::is_distributed(ctx) {
                 provider
             } else {
-                Arc::new(OrderRangeTable::new(provider, row_groups.clone()))
+                let (row_groups, selections) = (Arc::clone(row_groups), Arc::clone(selections));
+                Arc::new(OrderRangeTable::new(provider, row_groups, selections))
             };
             let frame = ctx.read_table(provider).map_err(context)?;
             let mut columns: Vec<Expr> =
@@ -479,7 +478,7 @@ impl Snapshot {
 #[derive(Clone, Copy)]
 struct TableRead<'a> {
     /// Where each file's row groups lie (for `order_id` range scans).
-    row_groups: &'a RowGroupIndex,
+    row_groups: &'a Arc<RowGroupIndex>,
     /// The rows to read of files with position deletes.
     selections: &'a Arc<Selections>,
     /// Whether `recon_key` stays (a merge by key needs it).

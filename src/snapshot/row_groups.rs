@@ -26,6 +26,8 @@ use datafusion::parquet::file::statistics::Statistics;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::Expr;
 
+use super::deleted_rows::{with_selections, Selections};
+
 /// The column every snapshot table is sorted and pruned by.
 const ORDER_ID: &str = "order_id";
 
@@ -86,17 +88,24 @@ impl FileRowGroups {
 pub(crate) type RowGroupIndex = HashMap<String, FileRowGroups>;
 
 /// A file table whose scans under an `order_id` range read and split only the row
-/// groups that range can touch (see the module documentation).
+/// groups that range can touch (see the module documentation), and whose files with
+/// position deletes are read through their row selections ([`with_selections`]).
 #[derive(Debug)]
 pub(crate) struct OrderRangeTable {
     inner: Arc<dyn TableProvider>,
     row_groups: Arc<RowGroupIndex>,
+    selections: Arc<Selections>,
 }
 
 impl OrderRangeTable {
-    /// Wraps a file table whose files' row groups are in `row_groups`.
-    pub(crate) fn new(inner: Arc<dyn TableProvider>, row_groups: RowGroupIndex) -> Self {
-        OrderRangeTable { inner, row_groups: Arc::new(row_groups) }
+    /// Wraps a file table whose files' row groups are in `row_groups`, skipping the rows
+    /// `selections` leaves out.
+    pub(crate) fn new(
+        inner: Arc<dyn TableProvider>,
+        row_groups: Arc<RowGroupIndex>,
+        selections: Arc<Selections>,
+    ) -> Self {
+        OrderRangeTable { inner, row_groups, selections }
     }
 
     /// `plan` reading only the row groups that may hold an `order_id` in `[lo, hi]`,
@@ -181,14 +190,15 @@ impl TableProvider for OrderRangeTable {
         args: ScanArgs<'a>,
     ) -> DataFusionResult<ScanResult> {
         let bounds = order_id_bounds(args.filters().unwrap_or_default());
-        let result = self.inner.scan_with_args(state, args).await?;
+        let plan = self.inner.scan_with_args(state, args).await?.into_inner();
+        let plan = with_selections(&plan, &self.selections)?;
         let Some(bounds) = bounds else {
-            return Ok(result);
+            return Ok(ScanResult::new(plan));
         };
         let partitions = state.config().target_partitions();
-        Ok(match self.narrowed(result.plan(), bounds, partitions) {
+        Ok(match self.narrowed(&plan, bounds, partitions) {
             Some(narrowed) => ScanResult::new(Arc::new(narrowed)),
-            None => result,
+            None => ScanResult::new(plan),
         })
     }
 
