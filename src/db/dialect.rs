@@ -97,6 +97,17 @@ pub(super) struct Wrapped {
     /// query, run only for a source large enough to be chunked (both counts from one
     /// statement: NULL keys are their difference).
     pub keys: String,
+    /// `FROM (query) AS recon_src`.
+    from: String,
+}
+
+impl Wrapped {
+    /// Every row of the query, at most `cap + 1` of them: how a source expected to be
+    /// small (an incremental night's delta) is read without a `COUNT`. More than `cap`
+    /// rows means it must be counted and chunked after all.
+    pub(super) fn capped(&self, cap: u64) -> String {
+        format!("SELECT * {} LIMIT {}", self.from, cap.saturating_add(1))
+    }
 }
 
 /// Where a chunk's `order_id` range goes.
@@ -139,6 +150,7 @@ pub(super) fn wrap(driver: Driver, query: &str, chunking: Chunking) -> Wrapped {
                 whole: query.to_string(),
                 count_whole,
                 keys,
+                from,
             }
         }
         Chunking::Pushed => Wrapped {
@@ -147,6 +159,7 @@ pub(super) fn wrap(driver: Driver, query: &str, chunking: Chunking) -> Wrapped {
             whole: query.to_string(),
             count_whole,
             keys,
+            from,
         },
     }
 }
@@ -503,6 +516,11 @@ mod tests {
         assert!(!wrapped.data.contains("ORDER BY"), "chunks are sorted by the exporter");
         assert!(!wrapped.count_whole.contains("order_id"), "{wrapped:?}");
         assert_eq!(pushed.keys, wrap(Driver::MySql, q, Chunking::Wrapped).keys);
+        assert_eq!(
+            pushed.capped(4_000_000),
+            format!("SELECT * FROM (\n{q}\n) AS recon_src LIMIT 4000001"),
+            "a capped read asks for one row more than the cap"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! Each connection is a worker taking work from one queue: a chunk waiting to be read
 //! first, else the next source in config order, which it plans (describe, `COUNT`, and
-//! for a source of more than `chunk_rows` rows `MIN/MAX(order_id)` and key ranges), whose
+//! for a source of more than `chunk_rows` rows `MIN/MAX(order_id)` and key ranges; an
+//! incremental night's delta is read before any `COUNT`, see [`plan`]), whose
 //! first chunk it then reads itself (in the transaction that counted it) and whose other
 //! chunks it queues for any worker. So with `connections = 4` four sources are read at a
 //! time even when none is large enough to be chunked, and one source's chunks spread over
@@ -45,6 +46,9 @@ pub(super) struct SourceJob {
     pub binds: Binds,
     /// The query returns `recon_key` too (an incremental snapshot's files).
     pub keyed: bool,
+    /// Expected to be small (an incremental night's delta): read before it is counted,
+    /// and counted and chunked only when it holds more than `chunk_rows` rows.
+    pub capped: bool,
     /// Where its files go.
     pub writer: TableWriter,
 }
@@ -215,6 +219,19 @@ struct ChunkJob {
     chunks: usize,
 }
 
+impl ChunkJob {
+    fn read(&self) -> ChunkRead<'_> {
+        ChunkRead {
+            sql: &self.data_sql,
+            columns: &self.columns,
+            binds: self.binds,
+            table: self.table,
+            keyed: self.keyed,
+            batch_rows: self.batch_rows,
+        }
+    }
+}
+
 /// What one chunk reads.
 #[derive(Debug, Clone, Copy)]
 enum Keys {
@@ -263,10 +280,10 @@ async fn worker(w: usize, mut conn: Conn, shared: Arc<Shared>) -> (usize, Conn) 
 /// `true` when something failed.
 async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool {
     // The writer is Send, not Sync: it is held by value, never borrowed across an await.
-    let SourceJob { index, source, binds, keyed, writer } = job;
+    let SourceJob { index, source, binds, keyed, capped, writer } = job;
     let started = std::time::Instant::now();
-    let planned = plan(conn, &source, binds, keyed, &shared.settings).await;
-    let (chunk_job, keys, count) = match planned {
+    let planned = plan(conn, &source, binds, keyed, capped, &shared.settings).await;
+    let (chunk_job, keys, first) = match planned {
         Ok(p) => p,
         Err(e) => {
             lock(&shared.failures).push(SourceOutcome { index, result: Err(e) });
@@ -274,13 +291,17 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
             return true;
         }
     };
+    let counted = match &first {
+        First::Counted(count) => Some(*count),
+        First::Held(..) => None,
+    };
     let mut receivers = Vec::with_capacity(keys.len());
     let mut chunks: Vec<Chunk> = Vec::with_capacity(keys.len());
     for (i, &keys_i) in keys.iter().enumerate() {
         let (tx, rx) = mpsc::channel(CHANNEL_BATCHES);
         receivers.push(rx);
         // One chunk is read here, in the transaction that counted it.
-        let expected = (keys.len() == 1).then_some(count);
+        let expected = (keys.len() == 1).then_some(counted).flatten();
         chunks.push(Chunk { job: Arc::clone(&chunk_job), index: i, keys: keys_i, expected, tx });
     }
     let writer = TableWrite {
@@ -288,31 +309,44 @@ async fn plan_and_read(conn: &mut Conn, job: SourceJob, shared: &Shared) -> bool
         label: source.label(),
         writer,
         receivers,
-        counted: (source.driver != Driver::MySql).then_some(count),
+        counted: counted.filter(|_| source.driver != Driver::MySql),
         batch_rows: shared.settings.batch_rows,
         started,
     };
     lock(&shared.writers).spawn(writer.run(shared.events.clone()));
     let mut chunks = chunks.into_iter();
-    let first = chunks.next();
+    let first_chunk = chunks.next();
     shared.planned(chunks.collect());
-    match first {
-        Some(chunk) => read_chunk(conn, &chunk).await,
-        None => false,
+    match (first_chunk, first) {
+        (Some(chunk), First::Held(batches, rows)) => hand_over(&chunk, batches, rows).await,
+        (Some(chunk), First::Counted(_)) => read_chunk(conn, &chunk).await,
+        (None, _) => false,
     }
 }
 
-type Plan = (Arc<ChunkJob>, Vec<Keys>, i64);
+type Plan = (Arc<ChunkJob>, Vec<Keys>, First);
+
+/// How a source's first chunk comes.
+enum First {
+    /// Read after the plan, checked against this count.
+    Counted(i64),
+    /// Already read whole by a capped read: its batches and rows.
+    Held(Vec<RecordBatch>, u64),
+}
 
 /// Checks the query's columns, counts its rows and splits it into chunks. A source of at
 /// most `chunk_rows` rows is one chunk read with the query as written, so the database
 /// scans it once for the rows and once for a `COUNT(*)` it may answer from an index;
-/// only a larger one pays for the scan that finds its `order_id` range.
+/// only a larger one pays for the scan that finds its `order_id` range. A `capped` source
+/// (an incremental night's delta: its `COUNT` cannot come from one index, and costs the
+/// database as much as the read) is read first, at most `chunk_rows + 1` rows of it, and
+/// only counted and chunked when it holds more.
 async fn plan(
     conn: &mut Conn,
     source: &SourceConfig,
     binds: Binds,
     keyed: bool,
+    capped: bool,
     settings: &ExportSettings,
 ) -> Result<Plan, ExportError> {
     let (raw, parameters) = conn.describe(&source.query).await.map_err(ExportError::Describe)?;
@@ -328,6 +362,27 @@ async fn plan(
     };
     let columns = match_columns(source.table, &described, keyed)?;
     let everything = (chunking == Chunking::Pushed).then_some((i64::MIN, i64::MAX));
+    let chunk_job = |data_sql: String, chunks: usize| {
+        Arc::new(ChunkJob {
+            data_sql,
+            count_sql: wrapped.count.clone(),
+            columns: columns.clone(),
+            binds,
+            table: source.table,
+            keyed,
+            batch_rows: settings.batch_rows,
+            verify: settings.verify_counts && chunks > 1,
+            chunks,
+        })
+    };
+    if capped && settings.only_orders.is_none() {
+        let job = chunk_job(wrapped.capped(settings.chunk_rows), 1);
+        let (batches, rows) = read_whole(conn, &job, everything).await?;
+        if rows <= settings.chunk_rows {
+            let keys = if rows == 0 { Vec::new() } else { vec![Keys::Whole(everything)] };
+            return Ok((job, keys, First::Held(batches, rows)));
+        }
+    }
     let (data_sql, keys, count) = match settings.only_orders {
         // A few orders (the one-order path): one range read through the order_id index,
         // never a count of the whole source.
@@ -341,18 +396,41 @@ async fn plan(
         }
         None => whole_or_chunked(conn, &wrapped, binds, everything, settings).await?,
     };
-    let chunk_job = Arc::new(ChunkJob {
-        data_sql,
-        count_sql: wrapped.count,
-        columns,
-        binds,
-        table: source.table,
-        keyed,
-        batch_rows: settings.batch_rows,
-        verify: settings.verify_counts && keys.len() > 1,
-        chunks: keys.len(),
-    });
-    Ok((chunk_job, keys, count))
+    Ok((chunk_job(data_sql, keys.len()), keys, First::Counted(count)))
+}
+
+/// Every row `job` reads, held in memory (a capped read: at most one more than the cap).
+async fn read_whole(
+    conn: &mut Conn,
+    job: &ChunkJob,
+    everything: Option<(i64, i64)>,
+) -> Result<(Vec<RecordBatch>, u64), ExportError> {
+    let (tx, mut rx) = mpsc::channel(CHANNEL_BATCHES);
+    let read = job.read();
+    let reading = async move { conn.read(&read, everything, &tx).await };
+    let holding = async {
+        let mut batches = Vec::new();
+        while let Some(Ok(Piece::Batch(batch))) = rx.recv().await {
+            batches.push(batch);
+        }
+        batches
+    };
+    let (rows, batches) = tokio::join!(reading, holding);
+    let rows = rows.map_err(|e| {
+        read_failed("chunk 1/1".into(), e)
+            .unwrap_or_else(|| ExportError::Internal("a capped read lost its batches".into()))
+    })?;
+    Ok((batches, rows))
+}
+
+/// Hands a chunk already read whole to its writer; `true` when the writer stopped.
+async fn hand_over(chunk: &Chunk, batches: Vec<RecordBatch>, rows: u64) -> bool {
+    for batch in batches {
+        if chunk.tx.send(Ok(Piece::Batch(batch))).await.is_err() {
+            return true;
+        }
+    }
+    chunk.tx.send(Ok(Piece::End(rows))).await.is_err()
 }
 
 /// Every row of a source: the query as written when it is small, else `order_id` range
@@ -417,32 +495,26 @@ async fn read_one(conn: &mut Conn, chunk: &Chunk) -> Result<u64, Option<ExportEr
     } else {
         chunk.expected
     };
-    let read = ChunkRead {
-        sql: &job.data_sql,
-        columns: &job.columns,
-        binds: job.binds,
-        table: job.table,
-        keyed: job.keyed,
-        batch_rows: job.batch_rows,
-    };
+    let read = job.read();
     let rows = match conn.read(&read, chunk.keys.bound(), &chunk.tx).await {
         Ok(rows) => rows,
-        Err(ReadError::Closed) => return Err(None),
-        Err(ReadError::Value(message)) => {
-            return Err(Some(ExportError::Value { chunk: what, message }))
-        }
-        Err(ReadError::Internal(message)) => {
-            return Err(Some(ExportError::Internal(format!("{what}, {message}"))))
-        }
-        Err(ReadError::Database(source)) => {
-            return Err(Some(ExportError::ReadChunk { chunk: what, source }))
-        }
+        Err(e) => return Err(read_failed(what, e)),
     };
     match expected {
         Some(n) if n != rows as i64 => {
             Err(Some(ExportError::ChunkRows { chunk: what, streamed: rows, counted: n }))
         }
         _ => Ok(rows),
+    }
+}
+
+/// The error of a failed chunk read; `None` when the writer stopped listening.
+fn read_failed(what: String, error: ReadError) -> Option<ExportError> {
+    match error {
+        ReadError::Closed => None,
+        ReadError::Value(message) => Some(ExportError::Value { chunk: what, message }),
+        ReadError::Internal(message) => Some(ExportError::Internal(format!("{what}, {message}"))),
+        ReadError::Database(source) => Some(ExportError::ReadChunk { chunk: what, source }),
     }
 }
 

@@ -241,12 +241,13 @@ impl Reads<'_> {
                 source: source.clone(),
                 binds: normal,
                 keyed: false,
+                capped: false,
                 writer,
             }];
         };
         let (key, changed) = source.change_columns().unwrap_or_default();
         let keyed = dialect::keyed_query(source.driver, &source.query, key);
-        let (query, binds) = match (night, night.since(source)) {
+        let (query, binds, capped) = match (night, night.since(source)) {
             (Night::Incremental { previous, .. }, Some(since)) => {
                 let literal = |t| dialect::time_literal(source.driver, t, source.utc_offset_secs);
                 let columns =
@@ -263,15 +264,17 @@ impl Reads<'_> {
                 );
                 // The source's own bounds wide open: a row whose event time moved out of
                 // the window must still be read, to supersede its old version.
-                (query, Binds { lower: WIDE_LOWER, cut: WIDE_UPPER, ..normal })
+                // The delta is read without a COUNT first (see `chunks::plan`).
+                (query, Binds { lower: WIDE_LOWER, cut: WIDE_UPPER, ..normal }, true)
             }
-            _ => (keyed.clone(), normal),
+            _ => (keyed.clone(), normal, false),
         };
         let mut jobs = vec![SourceJob {
             index,
             source: SourceConfig { query, ..source.clone() },
             binds,
             keyed: true,
+            capped,
             writer: writer.keyed_table(source.table, stem).with_rows_per_file(rows_per_file),
         }];
         if shadow {
@@ -281,6 +284,7 @@ impl Reads<'_> {
                 source: SourceConfig { query: keyed, ..source.clone() },
                 binds: normal,
                 keyed: true,
+                capped: false,
                 writer: writer
                     .keyed_table(source.table, Some(&full_stem))
                     .with_rows_per_file(rows_per_file),
