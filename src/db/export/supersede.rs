@@ -1,7 +1,7 @@
 //! One pass over a source's chain at export time: where tonight's keys supersede a carried
 //! version (the keys file and the position deletes of tonight's manifest), and the live
 //! rows before and after tonight (the continuity check). Each file's `recon_key` and event
-//! time are read once, with plain Parquet reads, one task per file.
+//! time are read once, with plain Parquet reads, one task per row group.
 
 // ParquetObjectReader is deprecated in parquet 59 (see reader.rs); it still decodes a
 // file from object storage the way every other reader of the crate does.
@@ -16,6 +16,7 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use datafusion::common::HashSet;
+use datafusion::parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use datafusion::parquet::arrow::async_reader::ParquetObjectReader;
 use datafusion::parquet::arrow::async_reader::ParquetRecordBatchStream;
 use datafusion::parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
@@ -112,13 +113,27 @@ pub(super) async fn pass(
     }
     let keys = Arc::new(keys);
     let earlier: Vec<ChainFile> = files.into_iter().filter(|f| f.role != Role::Tonight).collect();
-    let passes: Vec<(ChainFile, FilePass)> = futures::stream::iter(earlier)
-        .map(|file| {
-            let (location, keys) = (location.clone(), Arc::clone(&keys));
+    // Each earlier file is split into its row groups, so the lookback's one large base
+    // file keeps every core busy, not one.
+    let mut pieces = Vec::new();
+    for (index, file) in earlier.iter().enumerate() {
+        let metadata = metadata(location, file).await?;
+        let mut first_row = 0u64;
+        for (row_group, meta) in metadata.metadata().row_groups().iter().enumerate() {
+            pieces.push(Piece { file: index, row_group, first_row, metadata: metadata.clone() });
+            first_row += meta.num_rows() as u64;
+        }
+    }
+    let earlier = Arc::new(earlier);
+    let passes: Vec<(usize, FilePass)> = futures::stream::iter(pieces)
+        .map(|piece| {
+            let (location, keys, files) =
+                (location.clone(), Arc::clone(&keys), Arc::clone(&earlier));
             async move {
                 let task = tokio::spawn(async move {
-                    let found = pass_file(&location, table, &file, &keys, windows).await;
-                    found.map(|found| (file, found))
+                    let file = &files[piece.file];
+                    let found = pass_piece(&location, table, file, &piece, &keys, windows).await;
+                    found.map(|found| (piece.file, found))
                 });
                 task.await.map_err(|e| Error::Internal(format!("a chain file's pass: {e}")))?
             }
@@ -126,7 +141,16 @@ pub(super) async fn pass(
         .buffered(concurrency.max(1))
         .try_collect()
         .await?;
-    for (file, found) in passes {
+    let mut per_file: Vec<FilePass> = earlier.iter().map(|_| FilePass::default()).collect();
+    for (index, found) in passes {
+        let into = &mut per_file[index];
+        into.was_live += found.was_live;
+        into.live += found.live;
+        into.superseding.extend(found.superseding);
+        into.deleted_tonight.extend(found.deleted_tonight);
+    }
+    let earlier = Arc::try_unwrap(earlier).unwrap_or_else(|shared| (*shared).clone());
+    for (file, found) in earlier.into_iter().zip(per_file) {
         result.was_live += found.was_live;
         result.live += found.live;
         result.superseding.extend(found.superseding);
@@ -145,19 +169,35 @@ pub(super) async fn pass(
     Ok(result)
 }
 
-/// One earlier file: its rows that tonight's keys supersede, and its live rows before and
-/// after tonight.
-async fn pass_file(
+/// One row group of an earlier file, read by one task.
+struct Piece {
+    /// Its file, an index into the earlier files.
+    file: usize,
+    row_group: usize,
+    /// The file's position of the row group's first row.
+    first_row: u64,
+    metadata: ArrowReaderMetadata,
+}
+
+/// One row group of an earlier file: its rows that tonight's keys supersede, and its
+/// live rows before and after tonight.
+async fn pass_piece(
     location: &Location,
     table: Table,
     file: &ChainFile,
+    piece: &Piece,
     keys: &HashSet<String>,
     windows: Windows,
 ) -> Result<FilePass> {
     let mut found = FilePass::default();
-    let mut before = file.deleted_before.iter().peekable();
-    let mut position = 0u64;
-    let mut batches = read(location, file, table).await?;
+    let start = file.deleted_before.partition_point(|&p| p < piece.first_row);
+    let mut before = file.deleted_before[start..].iter().peekable();
+    let mut position = piece.first_row;
+    let reader = object_reader(location, file);
+    let builder =
+        ParquetRecordBatchStreamBuilder::new_with_metadata(reader, piece.metadata.clone())
+            .with_row_groups(vec![piece.row_group]);
+    let mut batches = project(builder, location, file, table)?;
     while let Some(batch) = next(&mut batches, location, file).await? {
         let (key, event) = columns(&batch, location, file, table)?;
         for row in 0..batch.num_rows() {
@@ -189,15 +229,42 @@ fn within(event: Micros, (lower, cut): (Micros, Micros)) -> bool {
 
 type Batches = ParquetRecordBatchStream<ParquetObjectReader>;
 
+/// Rows per batch of the pass's reads (the reader's default is 1024).
+const BATCH_ROWS: usize = 8192;
+
+fn object_reader(location: &Location, file: &ChainFile) -> ParquetObjectReader {
+    ParquetObjectReader::new(Arc::clone(location.store()), location.path(&file.path))
+        .with_file_size(file.bytes)
+}
+
+/// One file's footer.
+async fn metadata(location: &Location, file: &ChainFile) -> Result<ArrowReaderMetadata> {
+    let mut reader = object_reader(location, file);
+    ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
+        .await
+        .map_err(|e| unreadable(location, file, e))
+}
+
 /// The `recon_key` and event-time columns of one file, batch by batch.
 async fn read(location: &Location, file: &ChainFile, table: Table) -> Result<Batches> {
-    let reader = ParquetObjectReader::new(Arc::clone(location.store()), location.path(&file.path))
-        .with_file_size(file.bytes);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader)
+    let builder = ParquetRecordBatchStreamBuilder::new(object_reader(location, file))
         .await
         .map_err(|e| unreadable(location, file, e))?;
+    project(builder, location, file, table)
+}
+
+fn project(
+    builder: ParquetRecordBatchStreamBuilder<ParquetObjectReader>,
+    location: &Location,
+    file: &ChainFile,
+    table: Table,
+) -> Result<Batches> {
     let mask = ProjectionMask::columns(builder.parquet_schema(), [KEY_COLUMN, event_column(table)]);
-    builder.with_projection(mask).build().map_err(|e| unreadable(location, file, e))
+    builder
+        .with_projection(mask)
+        .with_batch_size(BATCH_ROWS)
+        .build()
+        .map_err(|e| unreadable(location, file, e))
 }
 
 async fn next(
@@ -242,4 +309,62 @@ fn columns(
         .as_primitive::<TimestampMicrosecondType>()
         .clone();
     Ok((key, event))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::parquet::arrow::ArrowWriter;
+    use datafusion::parquet::file::properties::WriterProperties;
+
+    /// A ledger file of `keys`, their event times `1..=n`, row groups of `group` rows.
+    fn write(dir: &std::path::Path, name: &str, keys: &[String], group: usize) -> ChainFile {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(KEY_COLUMN, DataType::Utf8, false),
+            Field::new("decided_at", DataType::Timestamp(TimeUnit::Microsecond, None), false),
+        ]));
+        let events: Vec<i64> = (1..=keys.len() as i64).collect();
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![
+                Arc::new(StringArray::from(keys.to_vec())),
+                Arc::new(TimestampMicrosecondArray::from(events)),
+            ],
+        )
+        .unwrap();
+        let path = dir.join(name);
+        let props = WriterProperties::builder().set_max_row_group_size(group).build();
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props))
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        ChainFile { path: name.into(), bytes, role: Role::Carried, deleted_before: Vec::new() }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn positions_are_the_files_own_across_its_row_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = Location::parse(dir.path().to_str().unwrap()).unwrap();
+        let old: Vec<String> = (0..25).map(|i| format!("k{i}")).collect();
+        // Row groups of 4 rows: keys k5, k13 and k24 lie in the 2nd, 4th and 7th.
+        let mut carried = write(dir.path(), "old.parquet", &old, 4);
+        carried.deleted_before = vec![2, 13, 20];
+        let tonight: Vec<String> = ["k5", "k13", "k24", "new"].map(String::from).to_vec();
+        let mut own = write(dir.path(), "new.parquet", &tonight, 4);
+        own.role = Role::Tonight;
+        let windows = Windows { previous: (0, 25), tonight: (10, 100) };
+        let found = pass(&location, Table::Ledger, vec![own, carried], windows, 2).await.unwrap();
+        assert_eq!(found.superseding, vec!["k13", "k24", "k5"]);
+        // Earlier nights' positions and tonight's, in the file's own numbering.
+        assert_eq!(found.deleted.get("old.parquet"), Some(&vec![2, 5, 13, 20, 24]));
+        // Last night: 25 rows less 3 deleted. Tonight: the carried rows with events in
+        // (10, 25] not deleted (11..=25 less positions 13, 20, 24: events 14, 21, 25),
+        // and tonight's 4 rows (events 1..=4 lie outside (10, 100]).
+        assert_eq!(found.was_live, 22);
+        assert_eq!(found.live, 12);
+        assert!(!found.repeated_key);
+    }
 }
