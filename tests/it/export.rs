@@ -685,9 +685,10 @@ async fn mysql_connection_killed_mid_stream_fails_without_manifest() {
     let mut killed = false;
     for _ in 0..600 {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        // The read itself (a one-chunk source runs its query as written), not its COUNT.
+        // The read itself (a source expected to fit one chunk: its query as written,
+        // limited to one row more than `chunk_rows`), not a COUNT.
         let ids: Vec<(i64,)> = sqlx::query_as(
-            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT msg_id%SLEEP(0.01)%' AND INFO NOT LIKE '%PROCESSLIST%' AND TIME >= 1",
+            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT * FROM (%SELECT msg_id%SLEEP(0.01)%LIMIT %' AND INFO NOT LIKE '%PROCESSLIST%' AND TIME >= 1",
         )
         .fetch_all(&mut admin)
         .await

@@ -16,14 +16,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use effect_recon::config::JobConfig;
 use effect_recon::datafusion::arrow::util::display::array_value_to_string;
+use effect_recon::db::export::{self, ExportPlan};
 use effect_recon::db::load::{self, LoadOptions};
+use effect_recon::events::Events;
 use effect_recon::snapshot::{Snapshot, MANIFEST};
 use effect_recon::storage::Location;
 
 use super::databases::{env_url, mysql_database, pg_schema, MYSQL_ENV, PG_ENV};
 use super::export::{
-    assert_sorted_by_order_id, assert_source_error, day, job_text, outputs, run_export,
+    assert_sorted_by_order_id, assert_source_error, cut, day, job_text, outputs, run_export,
     write_snapshot,
 };
 
@@ -264,8 +267,19 @@ async fn a_null_order_id_is_named_in_one_chunk_and_counted_in_many() {
             &out,
         );
         eprintln!("expected error (one chunk): {message}");
-        // A chunked source finds the NULL keys when it looks for its key range.
-        let out = tmp.path().join(format!("many-{i}"));
+        // A source the previous snapshot beside it held more than `chunk_rows` rows of is
+        // counted and chunked from the start, and finds the NULL keys when it looks for
+        // its key range.
+        let root = tmp.path().join(format!("many-{i}"));
+        let clean = job_text(url, "UTC", "chunk_rows = 700", None, |_, q| q);
+        let earlier = ExportPlan {
+            job: JobConfig::parse(&clean, Path::new("job.toml"), Path::new("/")).unwrap(),
+            out: Location::parse(root.join("snapshot=earlier").to_str().unwrap()).unwrap(),
+            cut: cut() - 3_600_000_000,
+        };
+        let report = export::export(&earlier, &Events::none()).await.unwrap();
+        assert!(report.sources.iter().any(|s| s.chunks > 1), "{:?}", report.sources);
+        let out = root.join("snapshot=tonight");
         let message = assert_source_error(
             run_export(&job("chunk_rows = 700"), &out).await,
             "orders",

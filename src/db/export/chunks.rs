@@ -2,8 +2,8 @@
 //!
 //! Each connection is a worker taking work from one queue: a chunk waiting to be read
 //! first, else the next source in config order, which it plans (describe, `COUNT`, and
-//! for a source of more than `chunk_rows` rows `MIN/MAX(order_id)` and key ranges; an
-//! incremental night's delta is read before any `COUNT`, see [`plan`]), whose
+//! for a source of more than `chunk_rows` rows `MIN/MAX(order_id)` and key ranges; a
+//! source expected to fit one chunk is read before any `COUNT`, see [`plan`]), whose
 //! first chunk it then reads itself (in the transaction that counted it) and whose other
 //! chunks it queues for any worker. So with `connections = 4` four sources are read at a
 //! time even when none is large enough to be chunked, and one source's chunks spread over
@@ -46,8 +46,9 @@ pub(super) struct SourceJob {
     pub binds: Binds,
     /// The query returns `recon_key` too (an incremental snapshot's files).
     pub keyed: bool,
-    /// Expected to be small (an incremental night's delta): read before it is counted,
-    /// and counted and chunked only when it holds more than `chunk_rows` rows.
+    /// Expected to fit one chunk (an incremental night's delta, a table the previous
+    /// snapshot held few rows of): read before it is counted, and counted and chunked
+    /// only when it holds more than `chunk_rows` rows.
     pub capped: bool,
     /// Where its files go.
     pub writer: TableWriter,
@@ -335,12 +336,12 @@ enum First {
 }
 
 /// Checks the query's columns, counts its rows and splits it into chunks. A source of at
-/// most `chunk_rows` rows is one chunk read with the query as written, so the database
-/// scans it once for the rows and once for a `COUNT(*)` it may answer from an index;
-/// only a larger one pays for the scan that finds its `order_id` range. A `capped` source
-/// (an incremental night's delta: its `COUNT` cannot come from one index, and costs the
-/// database as much as the read) is read first, at most `chunk_rows + 1` rows of it, and
-/// only counted and chunked when it holds more.
+/// most `chunk_rows` rows is one chunk read with the query as written; only a larger one
+/// pays for the scan that finds its `order_id` range. A `capped` source, expected to fit
+/// one chunk, is read first, at most `chunk_rows + 1` rows of it, and only counted and
+/// chunked when it holds more: its `COUNT` would only check what the read in the same
+/// transaction returns, at the cost of another pass (an incremental night's `COUNT` has
+/// no single index to answer it, and cost MariaDB as much as the read).
 async fn plan(
     conn: &mut Conn,
     source: &SourceConfig,

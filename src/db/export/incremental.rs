@@ -209,7 +209,7 @@ pub(super) async fn decide(
 /// The complete `snapshot=` folder beside `out` with the latest cut before `cut` (ties:
 /// the later name, so a compaction wins over the snapshot it compacts); `Some(Err)` when
 /// the newest-named candidate cannot be read.
-async fn latest_before(
+pub(super) async fn latest_before(
     root: &Location,
     out: &Location,
     cut: Micros,

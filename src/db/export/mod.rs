@@ -30,7 +30,7 @@ mod progress;
 mod sort;
 mod supersede;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::conn::{self as source, Binds, ColumnRead, Conn, Decoder, ResultColumn, Target};
@@ -135,6 +135,7 @@ pub async fn export_with(
         }
         _ => false,
     };
+    let large = large_tables(&plan.out, plan.cut, job.export.chunk_rows).await;
     let mut writer = SnapshotWriter::create(&plan.out, plan.cut, "export").await?;
     writer.set_coverage_from(lower);
     let settings = &job.export;
@@ -149,7 +150,7 @@ pub async fn export_with(
                 return Err(error);
             }
         }
-        let tonight = Reads { job, night: night.as_ref(), shadow, lower, cut };
+        let tonight = Reads { job, night: night.as_ref(), shadow, lower, cut, large: &large };
         let jobs = group
             .iter()
             .flat_map(|&(index, source)| tonight.jobs(&writer, index, source))
@@ -211,6 +212,27 @@ pub async fn export_with(
     })
 }
 
+/// The tables of which the previous snapshot beside `out` holds more than `chunk_rows`
+/// rows. Their sources are counted and chunked from the start; any other source is
+/// expected to fit one chunk, and is read before it is counted ([`chunks::plan`]): its
+/// `COUNT` would only check what the read in the same transaction returns, at the cost of
+/// another pass over the window. With no readable previous snapshot, none is large.
+async fn large_tables(out: &Location, cut: Micros, chunk_rows: u64) -> BTreeSet<String> {
+    let Some(root) = out.parent() else { return BTreeSet::new() };
+    let Ok(Some(Ok(previous))) = incremental::latest_before(&root, out, cut).await else {
+        return BTreeSet::new();
+    };
+    let rows =
+        |files: &crate::snapshot::TableFiles| files.files.iter().map(|f| f.rows).sum::<u64>();
+    previous
+        .manifest
+        .tables
+        .iter()
+        .filter(|(_, t)| rows(t) > chunk_rows)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
 /// The source's own bounds on a night of a chain: every event time.
 const WIDE_LOWER: Micros = -30_610_137_600_000_000; // 1000-01-02T00:00:00Z
 const WIDE_UPPER: Micros = 253_402_128_000_000_000; // 9999-12-30T00:00:00Z
@@ -223,6 +245,8 @@ struct Reads<'a> {
     shadow: bool,
     lower: Micros,
     cut: Micros,
+    /// Tables whose sources are counted before they are read ([`large_tables`]).
+    large: &'a BTreeSet<String>,
 }
 
 impl Reads<'_> {
@@ -230,7 +254,8 @@ impl Reads<'_> {
     /// tonight's delta; on a shadow night also the full keyed read beside it, as index
     /// `index + sources`.
     fn jobs(&self, writer: &SnapshotWriter, index: usize, source: &SourceConfig) -> Vec<SourceJob> {
-        let Reads { job, night, shadow, lower, cut } = *self;
+        let Reads { job, night, shadow, lower, cut, large } = *self;
+        let small = !large.contains(source.table.name());
         let rows_per_file = job.export.rows_per_file;
         let stem = file_stem(job, source);
         let normal = Binds { lower, cut, offset_secs: source.utc_offset_secs };
@@ -241,7 +266,7 @@ impl Reads<'_> {
                 source: source.clone(),
                 binds: normal,
                 keyed: false,
-                capped: false,
+                capped: small,
                 writer,
             }];
         };
@@ -267,7 +292,7 @@ impl Reads<'_> {
                 // The delta is read without a COUNT first (see `chunks::plan`).
                 (query, Binds { lower: WIDE_LOWER, cut: WIDE_UPPER, ..normal }, true)
             }
-            _ => (keyed.clone(), normal, false),
+            _ => (keyed.clone(), normal, small),
         };
         let mut jobs = vec![SourceJob {
             index,
@@ -284,7 +309,7 @@ impl Reads<'_> {
                 source: SourceConfig { query: keyed, ..source.clone() },
                 binds: normal,
                 keyed: true,
-                capped: false,
+                capped: small,
                 writer: writer
                     .keyed_table(source.table, Some(&full_stem))
                     .with_rows_per_file(rows_per_file),
