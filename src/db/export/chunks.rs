@@ -12,8 +12,9 @@
 //! Every planned source gets a writer task of its own: it takes the source's chunks in key
 //! order, sorts each one by `order_id` once it is complete ([`super::sort`]) and encodes it
 //! as Parquet, its row groups on one thread per core, off the runtime's workers, which go
-//! on decoding rows. A chunk is written only once its rows are all there and checked
-//! against its `COUNT`, so a short chunk never reaches a file. The first failure stops
+//! on decoding rows. A chunk is written only once its rows are all there (and checked
+//! against its `COUNT` where it was counted), so a short chunk never reaches a file, nor
+//! the rows of a capped read that found more than one chunk's. The first failure stops
 //! the workers from taking more work.
 
 use std::collections::VecDeque;
