@@ -11,6 +11,7 @@ pub mod deletes;
 pub(crate) mod diagnose;
 pub mod reader;
 mod row_groups;
+mod unique_keys;
 pub mod writer;
 
 pub use crate::storage::parquet_parts::FileEntry;

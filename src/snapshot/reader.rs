@@ -649,8 +649,8 @@ async fn first_null_row(
 ///
 /// The 64-bit hashes of all msg_ids are compared (far faster and smaller than grouping
 /// the strings); only when a hash repeats are the strings behind it compared exactly.
-/// Every scan partition routes its hashes into shards by value, and each shard is sorted
-/// on its own task, so the check uses every core instead of one shared set.
+/// In process the hashes are sharded and sorted within the session's memory pool
+/// ([`super::unique_keys`]).
 async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<()> {
     let context = |e| Error::query("checking that ledger msg_ids are unique", e);
     let repeated = if crate::engine::staging::is_distributed(ctx) {
@@ -663,7 +663,7 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
             .flat_map(|b| b.column(0).as_primitive::<UInt64Type>().values().to_vec())
             .collect()
     } else {
-        repeated_key_hashes(ctx, ledger_rows).await?
+        super::unique_keys::repeated_key_hashes(ctx, ledger_rows).await?
     };
     if repeated.is_empty() {
         return Ok(());
@@ -695,60 +695,4 @@ async fn check_unique_msg_ids(ctx: &SessionContext, ledger_rows: u64) -> Result<
         ),
         source: None,
     })
-}
-
-/// Every msg_id hash of the ledger, routed by each scan partition into shards by value
-/// and sorted shard by shard: the hashes that occur more than once, each once.
-async fn repeated_key_hashes(ctx: &SessionContext, ledger_rows: u64) -> Result<Vec<u64>> {
-    let context = |e| Error::query("checking that ledger msg_ids are unique", e);
-    let streams =
-        crate::engine::queries::frame(ctx, crate::engine::queries::LEDGER_KEY_HASHES, &[])
-            .await?
-            .execute_stream_partitioned()
-            .await
-            .map_err(context)?;
-    let shards = ctx.state().config().target_partitions().max(1);
-    let expected_per_shard = ledger_rows as usize / shards / streams.len().max(1);
-    let routing: Vec<_> = streams
-        .into_iter()
-        .map(|mut stream| {
-            tokio::spawn(async move {
-                let mut buckets = vec![Vec::with_capacity(expected_per_shard); shards];
-                while let Some(batch) = stream.try_next().await? {
-                    for &hash in batch.column(0).as_primitive::<UInt64Type>().values() {
-                        buckets[shard_of(hash, shards)].push(hash);
-                    }
-                }
-                Ok::<_, datafusion::error::DataFusionError>(buckets)
-            })
-        })
-        .collect();
-    let mut by_shard: Vec<Vec<Vec<u64>>> = vec![Vec::new(); shards];
-    for task in routing {
-        let buckets = task.await.map_err(|e| Error::Internal(format!("msg_id check: {e}")))?;
-        for (shard, bucket) in by_shard.iter_mut().zip(buckets.map_err(context)?) {
-            shard.push(bucket);
-        }
-    }
-    let sorting: Vec<_> = by_shard
-        .into_iter()
-        .map(|buckets| {
-            tokio::task::spawn_blocking(move || {
-                let mut hashes = buckets.concat();
-                hashes.sort_unstable();
-                hashes.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect::<Vec<u64>>()
-            })
-        })
-        .collect();
-    let mut repeated: Vec<u64> = Vec::new();
-    for task in sorting {
-        repeated.extend(task.await.map_err(|e| Error::Internal(format!("msg_id check: {e}")))?);
-    }
-    repeated.dedup();
-    Ok(repeated)
-}
-
-/// The shard of a hash: its high bits scaled onto `0..shards` (hashes are uniform).
-fn shard_of(hash: u64, shards: usize) -> usize {
-    (((hash >> 32) * shards as u64) >> 32) as usize
 }

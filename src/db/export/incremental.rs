@@ -123,11 +123,33 @@ pub(super) fn identity(source: &SourceConfig) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-/// Whether tonight can follow the previous snapshot under `out`'s parent folder.
+/// The snapshot before tonight's, as [`before`] finds it beside the output folder.
+pub(super) enum Before {
+    /// The output folder has no parent folder to look in.
+    NoParentFolder,
+    /// No complete snapshot with an earlier cut.
+    FirstNight,
+    /// The newest-named candidate cannot be read.
+    Unreadable(Error),
+    /// The latest complete snapshot with an earlier cut.
+    Found(Box<Previous>),
+}
+
+/// The snapshot before the one at `out` with cut `cut`, read once per export: it says
+/// whether tonight can follow it ([`decide`]) and which tables are large.
+pub(super) async fn before(out: &Location, cut: Micros) -> Result<Before> {
+    let Some(root) = out.parent() else { return Ok(Before::NoParentFolder) };
+    Ok(match latest_before(&root, out, cut).await? {
+        None => Before::FirstNight,
+        Some(Err(e)) => Before::Unreadable(e),
+        Some(Ok(previous)) => Before::Found(Box::new(previous)),
+    })
+}
+
+/// Whether tonight can follow `before`, the snapshot before tonight's.
 pub(super) async fn decide(
     job: &JobConfig,
-    out: &Location,
-    cut: Micros,
+    before: Result<Before>,
     lower: Micros,
     mode: ExportMode,
 ) -> Result<Night> {
@@ -135,15 +157,17 @@ pub(super) async fn decide(
     if mode == ExportMode::Full {
         return full("--full".into());
     }
-    let Some(root) = out.parent() else {
-        return full("the snapshot folder has no parent folder to find a previous night in".into());
-    };
-    let previous = match latest_before(&root, out, cut).await? {
-        None => {
+    let previous = match before? {
+        Before::NoParentFolder => {
+            return full(
+                "the snapshot folder has no parent folder to find a previous night in".into(),
+            )
+        }
+        Before::FirstNight => {
             return full("first night: no earlier complete snapshot=<cut> beside this one".into())
         }
-        Some(Err(e)) => return full(format!("the previous snapshot cannot be read: {e}")),
-        Some(Ok(previous)) => previous,
+        Before::Unreadable(e) => return full(format!("the previous snapshot cannot be read: {e}")),
+        Before::Found(previous) => *previous,
     };
     let name = &previous.folder;
     let Some(chain) = previous.manifest.chain.clone() else {
@@ -209,7 +233,7 @@ pub(super) async fn decide(
 /// The complete `snapshot=` folder beside `out` with the latest cut before `cut` (ties:
 /// the later name, so a compaction wins over the snapshot it compacts); `Some(Err)` when
 /// the newest-named candidate cannot be read.
-pub(super) async fn latest_before(
+async fn latest_before(
     root: &Location,
     out: &Location,
     cut: Micros,

@@ -46,7 +46,7 @@ use crate::storage::Location;
 use crate::time::Micros;
 use chunks::{SourceJob, SourceOutcome};
 pub use incremental::ExportMode;
-use incremental::{Night, Probe};
+use incremental::{Before, Night, Probe};
 
 /// A validated export request.
 #[derive(Debug, Clone)]
@@ -107,8 +107,13 @@ pub async fn export_with(
     let (lower, cut) = job.bounds(plan.cut);
     // Incremental nights need a key and a change column on every source (docs/JOB_CONFIG.md).
     let chained = job.sources.iter().all(|s| s.change_columns().is_some());
+    let before = incremental::before(&plan.out, plan.cut).await;
+    let large = match &before {
+        Ok(Before::Found(previous)) => large_tables(&previous.manifest, job.export.chunk_rows),
+        _ => BTreeSet::new(),
+    };
     let night = if chained {
-        Some(incremental::decide(job, &plan.out, plan.cut, lower, mode).await?)
+        Some(incremental::decide(job, before, lower, mode).await?)
     } else {
         let keyed = job.sources.iter().filter(|s| s.change_columns().is_some()).count();
         if keyed > 0 && mode == ExportMode::Auto {
@@ -135,7 +140,6 @@ pub async fn export_with(
         }
         _ => false,
     };
-    let large = large_tables(&plan.out, plan.cut, job.export.chunk_rows).await;
     let mut writer = SnapshotWriter::create(&plan.out, plan.cut, "export").await?;
     writer.set_coverage_from(lower);
     let settings = &job.export;
@@ -212,25 +216,15 @@ pub async fn export_with(
     })
 }
 
-/// The tables of which the previous snapshot beside `out` holds more than `chunk_rows`
+/// The tables of which `previous`, the snapshot before tonight's, holds more than `chunk_rows`
 /// rows. Their sources are counted and chunked from the start; any other source is
 /// expected to fit one chunk, and is read before it is counted ([`chunks::plan`]): its
 /// `COUNT` would only check what the read in the same transaction returns, at the cost of
 /// another pass over the window. With no readable previous snapshot, none is large.
-async fn large_tables(out: &Location, cut: Micros, chunk_rows: u64) -> BTreeSet<String> {
-    let Some(root) = out.parent() else { return BTreeSet::new() };
-    let Ok(Some(Ok(previous))) = incremental::latest_before(&root, out, cut).await else {
-        return BTreeSet::new();
-    };
+fn large_tables(previous: &SnapshotManifest, chunk_rows: u64) -> BTreeSet<String> {
     let rows =
         |files: &crate::snapshot::TableFiles| files.files.iter().map(|f| f.rows).sum::<u64>();
-    previous
-        .manifest
-        .tables
-        .iter()
-        .filter(|(_, t)| rows(t) > chunk_rows)
-        .map(|(n, _)| n.clone())
-        .collect()
+    previous.tables.iter().filter(|(_, t)| rows(t) > chunk_rows).map(|(n, _)| n.clone()).collect()
 }
 
 /// The source's own bounds on a night of a chain: every event time.
