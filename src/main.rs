@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc, told by [`keep_freed_memory`] to keep the pages it frees (see Cargo.toml).
+/// mimalloc, told by [`set_purge_delay`] when to hand the pages it frees back (see Cargo.toml).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     no_transparent_huge_pages();
     let args = cli::Cli::parse();
     if !args.serves_until_stopped() {
-        keep_freed_memory();
+        set_purge_delay(args.memory_limit().is_some());
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
@@ -38,15 +38,26 @@ fn main() -> ExitCode {
 /// allocations instead of handing it back to the kernel 10 ms later: an export otherwise
 /// spent a third of its CPU zeroing the pages it faulted back in (measured with perf on a
 /// 1M-order day: `clear_page_erms`), and 10–25% of its wall time. Its RSS stays at its peak
-/// until it exits. Cluster nodes, which live on, keep mimalloc's default.
-fn keep_freed_memory() {
-    // mimalloc's `mi_option_purge_delay` (mimalloc.h: the 16th option, in v2 and v3).
+/// until it exits.
+///
+/// Under `--memory-limit` (`bounded`) freed pages go back after 100 ms instead: memory kept
+/// is not always reused, and a 10M-order day under 512MiB peaked at 802 MiB kept against
+/// 502 MiB handed back after 100 ms (10 ms: as much, and slower; benches/RESULTS.md).
+/// Cluster nodes, which live on, keep mimalloc's default (10 ms). `MIMALLOC_PURGE_DELAY`
+/// set in the environment (mimalloc's own switch) is left to decide.
+fn set_purge_delay(bounded: bool) {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+        return;
+    }
+    // mimalloc's `mi_option_purge_delay` (mimalloc.h: the 16th option, in v2 and v3), in
+    // milliseconds; -1 never purges.
     const PURGE_DELAY: std::os::raw::c_int = 15;
     extern "C" {
         fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
     }
+    let delay = if bounded { 100 } else { -1 };
     // SAFETY: mi_option_set only stores an integer in mimalloc's option table.
-    unsafe { mi_option_set(PURGE_DELAY, -1) }
+    unsafe { mi_option_set(PURGE_DELAY, delay) }
 }
 
 /// Turns transparent huge pages off for this process. mimalloc asks the kernel for huge

@@ -48,6 +48,17 @@ impl Cli {
         #[cfg(not(feature = "ballista"))]
         false
     }
+
+    /// The `--memory-limit` the command was given, which bounds the whole process.
+    pub(crate) fn memory_limit(&self) -> Option<usize> {
+        match &self.command {
+            Command::Run(args) => args.engine.memory_limit,
+            Command::Nightly(args) => args.engine.memory_limit,
+            Command::Watch(args) => args.engine.memory_limit,
+            Command::Sql(args) => args.engine.memory_limit,
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -286,7 +297,9 @@ pub(crate) struct EngineArgs {
     /// Rows per batch inside the engine.
     #[arg(long, value_name = "ROWS", default_value_t = 8192)]
     pub batch_size: usize,
-    /// Bound on the memory of spilling operators, e.g. 2GiB.
+    /// Bound on the process's memory, e.g. 4GiB: the engine's pool gets what the process
+    /// does not hold outside it, the largest aggregations run in passes that fit, and the
+    /// process hands freed memory back (about 10% slower). Default: no bound.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_limit: Option<usize>,
 }

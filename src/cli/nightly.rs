@@ -55,7 +55,7 @@ pub(super) struct NightlyArgs {
     #[command(flatten)]
     query_engine: QueryEngineArgs,
     #[command(flatten)]
-    engine: EngineArgs,
+    pub(super) engine: EngineArgs,
     #[command(flatten)]
     notify: NotifyArgs,
 }

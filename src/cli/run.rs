@@ -82,7 +82,7 @@ pub(super) struct RunArgs {
     #[command(flatten)]
     query_engine: QueryEngineArgs,
     #[command(flatten)]
-    engine: EngineArgs,
+    pub(super) engine: EngineArgs,
     #[command(flatten)]
     notify: NotifyArgs,
 }

@@ -58,7 +58,7 @@ pub(super) struct SqlArgs {
     #[arg(short = 'o', long, value_name = "FILE")]
     output: Option<PathBuf>,
     #[command(flatten)]
-    engine: EngineArgs,
+    pub(super) engine: EngineArgs,
 }
 
 /// Runs `effect-recon sql`.

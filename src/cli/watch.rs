@@ -74,7 +74,7 @@ pub(super) struct WatchArgs {
     #[arg(long, short)]
     verbose: bool,
     #[command(flatten)]
-    engine: EngineArgs,
+    pub(super) engine: EngineArgs,
     #[command(flatten)]
     notify: NotifyArgs,
 }

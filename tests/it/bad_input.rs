@@ -201,6 +201,33 @@ async fn duplicate_msg_id() {
 }
 
 #[tokio::test]
+async fn duplicate_msg_id_is_found_when_its_hashes_spill_to_disk() {
+    // 400,000 ledger rows (the tiny ledger's rows repeated, each with a msg_id of its own
+    // but two) take 3.2 MB of msg_id hashes: under a 1 MiB limit they are sorted in shards
+    // spilled to disk (src/snapshot/unique_keys.rs), and the duplicate is still found.
+    use effect_recon::datafusion::arrow::compute::take;
+    use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let (_dir, snapshot) = copy_tiny();
+    let file = std::fs::File::open(snapshot.join("ledger/part-00000.parquet")).unwrap();
+    let tiny = ParquetRecordBatchReaderBuilder::try_new(file).unwrap().build().unwrap();
+    let tiny = tiny.map(Result::unwrap).next().unwrap();
+    let rows = 400_000u32;
+    let indices = effect_recon::datafusion::arrow::array::UInt32Array::from_iter_values(
+        (0..rows).map(|i| i % tiny.num_rows() as u32),
+    );
+    let mut columns: Vec<ArrayRef> =
+        tiny.columns().iter().map(|c| take(c, &indices, None).unwrap()).collect();
+    let ids = (0..rows).map(|i| if i == 70_001 { "m-dup-7".into() } else { format!("m-dup-{i}") });
+    columns[0] = Arc::new(StringArray::from_iter_values(ids));
+    replace_ledger(&snapshot, &RecordBatch::try_new(tiny.schema(), columns).unwrap());
+    let err = run_error_with(&snapshot, |plan| {
+        plan.session = plan.session.clone().with_memory_limit(1 << 20)
+    })
+    .await;
+    assert!(err.contains("duplicate msg_id 'm-dup-7' (2 rows)"), "{err}");
+}
+
+#[tokio::test]
 async fn other_timestamp_units_and_naive_zones_are_accepted() {
     // The helper writes decided_at as a naive millisecond timestamp: accepted, read as UTC.
     let (_dir, snapshot) = copy_tiny();
