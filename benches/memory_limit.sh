@@ -36,11 +36,14 @@ for limit in $LIMITS; do
   [ "$limit" != none ] && args=(--memory-limit "$limit")
   out="$WORK/runs-$limit"
   rm -rf "$out"
+  status=0
   /usr/bin/time -o "$WORK/time.txt" -f "%e %M" \
     "$BIN" run --snapshot "$WORK/snapshot" --out "$out" --run-id bench --replace -q \
-      --target-partitions "$THREADS" "${args[@]}" >/dev/null || [ $? -eq 1 ]
-  read -r wall kib <"$WORK/time.txt"
-  if "$BIN" verify --truth "$WORK/snapshot/truth.parquet" --run "$out/run=bench" >/dev/null 2>&1; then
+      --target-partitions "$THREADS" "${args[@]}" >/dev/null || status=$?
+  read -r wall kib < <(tail -n 1 "$WORK/time.txt")
+  if [ "$status" -gt 1 ]; then
+    verdict="run FAILED (exit $status; its error is above)"
+  elif "$BIN" verify --truth "$WORK/snapshot/truth.parquet" --run "$out/run=bench" >/dev/null 2>&1; then
     verdict="equals the truth"
   else
     verdict="DIFFERS from the truth"
