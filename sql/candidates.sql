@@ -2,19 +2,13 @@
 --   MISSING, ORPHAN and UNREVERSED break when their grace ends: break_on = grace_ends
 --   (effects_in_play.sql).
 --   DUPLICATE breaks at the second SUCCEEDED receipt by (created_at, receipt_id):
---   break_on = its created_at.
+--   break_on = its created_at (receipt_positions.sql). No other kind lacks grace_ends.
 -- BREAK when break_on <= $cut, PENDING while the grace is still running. Listed when
 -- break_on > $list_since (listed = true); a pair open in the previous run is kept
 -- whatever its break_on (listed = false) so that rejudged.sql sees its current class.
 WITH second_receipts AS (
     SELECT effect, order_id, created_at AS second_at
-    FROM (
-        SELECT x.effect, x.order_id, x.created_at,
-               row_number() OVER (PARTITION BY x.effect, x.order_id ORDER BY x.created_at, x.receipt_id) AS position
-        FROM receipts x
-        JOIN effects_in_play s ON s.effect = x.effect AND s.order_id = x.order_id AND s.kind = 'DUPLICATE'
-        WHERE x.status = 'SUCCEEDED' AND x.created_at <= $cut
-    )
+    FROM receipt_positions
     WHERE position = 2
 ),
 timed AS (

@@ -1,19 +1,14 @@
 -- resolved: the previous run's open findings that this run closes, one row each with
 -- why (rejudged.sql): RECEIPT, VOIDED, REVERSED, NOW_DUE, RECLASSIFIED or EXPIRED.
 -- runs_open is the previous run's; receipt_id (RECEIPT only) is the first SUCCEEDED
--- receipt up to the cut by (created_at, receipt_id). Sorted by effect, order_id, class.
+-- receipt up to the cut by (created_at, receipt_id) (receipt_positions.sql). Sorted by
+-- effect, order_id, class.
 WITH closed AS (
     SELECT * FROM rejudged WHERE outcome NOT IN ('PERSISTING', 'UNCHECKED')
 ),
 first_receipts AS (
     SELECT effect, order_id, receipt_id
-    FROM (
-        SELECT x.effect, x.order_id, x.receipt_id,
-               row_number() OVER (PARTITION BY x.effect, x.order_id ORDER BY x.created_at, x.receipt_id) AS position
-        FROM receipts x
-        JOIN closed c ON c.effect = x.effect AND c.order_id = x.order_id AND c.outcome = 'RECEIPT'
-        WHERE x.status = 'SUCCEEDED' AND x.created_at <= $cut
-    )
+    FROM receipt_positions
     WHERE position = 1
 )
 SELECT c.finding_id, c.effect, c.order_id, c.class, c.first_seen_run, c.first_break_on,

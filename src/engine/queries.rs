@@ -41,6 +41,8 @@ pub const JUDGED_ORDERS: Query = query!("judged_orders");
 pub const ORDER_ID_SPAN: Query = query!("order_id_span");
 /// Possible findings and the state of skipped orders, from one pass over effect_state.
 pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
+/// The first two SUCCEEDED receipts of the pairs that need them (one receipts pass).
+pub const RECEIPT_POSITIONS: Query = query!("receipt_positions");
 /// Findings of the window before evidence.
 pub const CANDIDATES: Query = query!("candidates");
 /// Trigger outcome and evidence row per (order, event type) of a candidate.
@@ -79,12 +81,13 @@ pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
 pub const ADVISE_WRONG_SKIP_GAPS: Query = query!("advise_wrong_skip_gaps");
 
 /// Every query of a run in dependency order: each may read the ones before it.
-pub const PIPELINE: [Query; 13] = [
+pub const PIPELINE: [Query; 14] = [
     RULE_STATUSES,
     PREVIOUS_OPEN,
     WATCHED,
     EFFECT_STATE,
     EFFECTS_IN_PLAY,
+    RECEIPT_POSITIONS,
     CANDIDATES,
     TRIGGER_EVIDENCE,
     FINDINGS,

@@ -133,30 +133,46 @@ impl PreviousRun {
         self.register_as(ctx, &PREVIOUS_TABLES).await
     }
 
-    /// Registers the outputs `tables` names as the session tables beside them.
+    /// Registers the outputs `tables` names as the session tables beside them, read all at
+    /// once.
     pub(super) async fn register_as(
         &self,
         ctx: &SessionContext,
         tables: &[(&str, OutputTable)],
     ) -> Result<()> {
         ctx.register_object_store(self.folder.store_url(), Arc::clone(self.folder.store()));
-        for &(name, table) in tables {
-            let files = &self.manifest.tables[table.name()].files;
-            let urls: Vec<String> = files.iter().map(|f| self.folder.url(&f.path)).collect();
-            let context =
-                |e| Error::query(format!("reading {}", self.folder.display(table.name())), e);
-            let frame =
-                ctx.read_parquet(urls, ParquetReadOptions::default()).await.map_err(context)?;
-            let columns = contract_columns(frame.schema().as_arrow(), table)
-                .map_err(|message| self.fail(message))?;
-            let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-            let frame = frame.select_columns(&columns).map_err(context)?;
-            let batches = frame.collect().await.map_err(context)?;
-            let batch = table.conform(&batches)?;
-            crate::engine::staging::register_batches(ctx, name, batch.schema(), vec![batch])
-                .await?;
+        let reads = tables.iter().map(|&(name, table)| async move {
+            Ok::<_, Error>((name, table, self.read_output(ctx, table).await?))
+        });
+        for (name, table, batches) in futures::future::try_join_all(reads).await? {
+            crate::engine::staging::register_batches(ctx, name, table.schema(), batches).await?;
         }
         Ok(())
+    }
+
+    /// The rows of one output, as [`OutputTable::schema`] has them, after checking that its
+    /// files have every column of the contract.
+    async fn read_output(
+        &self,
+        ctx: &SessionContext,
+        table: OutputTable,
+    ) -> Result<Vec<RecordBatch>> {
+        let files = &self.manifest.tables[table.name()].files;
+        let urls: Vec<String> = files.iter().map(|f| self.folder.url(&f.path)).collect();
+        let context = |e| Error::query(format!("reading {}", self.folder.display(table.name())), e);
+        // The files' own schema first, so that a missing or mistyped column is named.
+        let found =
+            ctx.read_parquet(urls.clone(), ParquetReadOptions::default()).await.map_err(context)?;
+        check_contract_columns(found.schema().as_arrow(), table).map_err(|m| self.fail(m))?;
+        // Then read as the contract's types: strings come as Utf8, not as the session's
+        // Utf8View, so nothing is cast or copied afterwards.
+        let schema = table.schema();
+        let frame = ctx
+            .read_parquet(urls, ParquetReadOptions::default().schema(&schema))
+            .await
+            .map_err(context)?;
+        let batches = frame.collect().await.map_err(context)?;
+        table.conform_each(&batches)
     }
 
     /// The run id.
@@ -169,18 +185,12 @@ impl PreviousRun {
     }
 }
 
-/// The columns of `table`'s contract, each found in `found` with its type (or a
+/// Whether every column of `table`'s contract is in `found` with its type (or a
 /// compatible string encoding); a message naming the first that is missing or mistyped.
-fn contract_columns(
-    found: &Schema,
-    table: OutputTable,
-) -> std::result::Result<Vec<String>, String> {
-    let mut columns = Vec::new();
+fn check_contract_columns(found: &Schema, table: OutputTable) -> std::result::Result<(), String> {
     for field in table.schema().fields() {
         match found.field_with_name(field.name()) {
-            Ok(f) if same_type(f.data_type(), field.data_type()) => {
-                columns.push(field.name().clone())
-            }
+            Ok(f) if same_type(f.data_type(), field.data_type()) => {}
             Ok(f) => {
                 return Err(format!(
                     "{} column {} is {}, expected {}",
@@ -199,7 +209,7 @@ fn contract_columns(
             }
         }
     }
-    Ok(columns)
+    Ok(())
 }
 
 /// Whether a column read back has the type written: strings may come back in any string

@@ -119,6 +119,13 @@ impl OutputTable {
     /// One batch with exactly [`OutputTable::schema`], from query results whose columns
     /// are in the same order (types are cast where the engine chose another encoding).
     pub fn conform(self, batches: &[RecordBatch]) -> Result<RecordBatch> {
+        let conformed = self.conform_each(batches)?;
+        concat_batches(&self.schema(), &conformed)
+            .map_err(|e| Error::Internal(format!("output {}: {e}", self.name())))
+    }
+
+    /// [`OutputTable::conform`] batch by batch, without concatenating them.
+    pub fn conform_each(self, batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
         let schema = self.schema();
         let fail = |message: String| Error::Internal(format!("output {}: {message}", self.name()));
         let mut conformed = Vec::with_capacity(batches.len());
@@ -145,7 +152,7 @@ impl OutputTable {
                     .map_err(|e| fail(e.to_string()))?,
             );
         }
-        concat_batches(&schema, &conformed).map_err(|e| fail(e.to_string()))
+        Ok(conformed)
     }
 }
 

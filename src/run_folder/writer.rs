@@ -81,12 +81,7 @@ impl RunPublisher {
         claim: &Claim,
     ) -> Result<RunManifest> {
         claim::clear_leftovers(&self.folder, &[], claim).await?;
-        let mut files = BTreeMap::new();
-        for (table, batch) in tables {
-            let mut writer = PartWriter::new(&self.folder, table.name(), table.schema());
-            writer.write(batch).await?;
-            files.insert(table.name().to_string(), TableFiles { files: writer.finish().await? });
-        }
+        let files = write_tables(&self.folder, tables).await?;
         let summary_json = to_json(summary, &self.folder.display(SUMMARY))?;
         crash_point(Stage::RunBeforeSummary);
         let summary_entry = FileEntry {
@@ -121,6 +116,45 @@ impl RunPublisher {
             });
         }
         Ok(manifest)
+    }
+}
+
+/// Writes every table into `folder`, each on a task of its own so that they encode on
+/// all the runtime's threads at once. Returns once every task has stopped, so that no file
+/// is still being written after a failure is reported.
+async fn write_tables(
+    folder: &Location,
+    tables: &[(OutputTable, &RecordBatch)],
+) -> Result<BTreeMap<String, TableFiles>> {
+    let writes: Vec<_> = tables
+        .iter()
+        .map(|&(table, batch)| {
+            let (folder, batch) = (folder.clone(), batch.clone());
+            tokio::spawn(async move {
+                let mut writer = PartWriter::new(&folder, table.name(), table.schema());
+                writer.write(&batch).await?;
+                Ok((table.name().to_string(), TableFiles { files: writer.finish().await? }))
+            })
+        })
+        .collect();
+    let mut files = BTreeMap::new();
+    let mut first_error = None;
+    for write in writes {
+        let written = write.await.unwrap_or_else(|e| {
+            Err(Error::Internal(format!("writing {}: a table writer stopped: {e}", folder)))
+        });
+        match written {
+            Ok((name, table_files)) => {
+                files.insert(name, table_files);
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(files),
     }
 }
 

@@ -49,6 +49,15 @@ impl Layout {
             Layout::InMemory { shards } | Layout::Spilled { shards, .. } => shards.max(1),
         }
     }
+
+    /// How many shards are read back and sorted at once: all of them when they are
+    /// already in memory.
+    fn sorted_at_once(self) -> usize {
+        match self {
+            Layout::InMemory { shards } => shards.max(1),
+            Layout::Spilled { at_once, .. } => at_once.max(1),
+        }
+    }
 }
 
 /// Bytes reserved for `bytes` of hashes: a shard may run a little over its even share,
@@ -149,10 +158,6 @@ pub(super) async fn repeated_in(
     }
     let shards = Arc::into_inner(shards)
         .ok_or_else(|| Error::Internal("msg_id check: a scan task outlived the scan".into()))?;
-    let at_once = match layout {
-        Layout::InMemory { shards } => shards,
-        Layout::Spilled { at_once, .. } => at_once,
-    };
     // A shard's vector is dropped as soon as it is sorted.
     let mut repeated: Vec<u64> = futures::stream::iter(shards)
         .map(|shard| async move {
@@ -161,7 +166,7 @@ pub(super) async fn repeated_in(
                 .await
                 .map_err(|e| DataFusionError::External(Box::new(e)))
         })
-        .buffer_unordered(at_once.max(1))
+        .buffer_unordered(layout.sorted_at_once())
         .try_concat()
         .await
         .map_err(context)?;
