@@ -6,16 +6,11 @@
 -- BREAK when break_on <= $cut, PENDING while the grace is still running. Listed when
 -- break_on > $list_since (listed = true); a pair open in the previous run is kept
 -- whatever its break_on (listed = false) so that rejudged.sql sees its current class.
-WITH second_receipts AS (
-    SELECT effect, order_id, created_at AS second_at
-    FROM receipt_positions
-    WHERE position = 2
-),
-timed AS (
+WITH timed AS (
     SELECT s.effect, s.order_id, s.kind, s.trigger_event, s.priority, s.receipt_count, s.due_at,
            coalesce(s.grace_ends, d.second_at) AS break_on
     FROM effects_in_play s
-    LEFT JOIN second_receipts d ON d.effect = s.effect AND d.order_id = s.order_id
+    LEFT JOIN receipt_positions d ON d.effect = s.effect AND d.order_id = s.order_id
     WHERE s.kind IS NOT NULL
 )
 SELECT t.effect, t.order_id, t.kind, t.trigger_event, t.priority, t.receipt_count, t.due_at,

@@ -1,5 +1,5 @@
 -- effects_in_play: every (effect, order_id) this run may judge, read from effect_state
--- in one pass, with its state (due_at, voided, receipt_count, receipt_rows) and, for
+-- in one pass, with its state (due_at, voided, receipt_count, receipt_rows, first_at) and, for
 -- possible findings, its kind:
 --   MISSING   : due, not voided, no SUCCEEDED receipt, and due_at + grace > $list_since;
 --   ORPHAN    : a SUCCEEDED receipt but never due, and first receipt + grace > $list_since;
@@ -13,7 +13,7 @@
 -- and the re-judging of the previous run's open findings read these rows alone.
 -- grace_ends is NULL for DUPLICATE. The kinds exclude each other.
 WITH judged AS (
-    SELECT r.effect, s.order_id, s.due_at, s.voided, s.ok_count, s.receipt_rows, s.watched,
+    SELECT r.effect, s.order_id, s.due_at, s.voided, s.ok_count, s.first_at, s.receipt_rows, s.watched,
            r.trigger_event, r.priority,
            CASE
                WHEN s.due_at IS NOT NULL AND NOT s.voided AND s.ok_count = 0 THEN 'MISSING'
@@ -32,7 +32,7 @@ WITH judged AS (
     JOIN rules r ON r.rule_id = s.rule_id
 )
 SELECT effect, order_id, kind, trigger_event, priority, ok_count AS receipt_count,
-       receipt_rows, due_at, voided, grace_ends
+       receipt_rows, due_at, voided, grace_ends, first_at
 FROM judged
 WHERE kind = 'DUPLICATE'
    OR (kind IS NOT NULL AND grace_ends > $list_since)

@@ -5,15 +5,10 @@
 -- effect, order_id, class.
 WITH closed AS (
     SELECT * FROM rejudged WHERE outcome NOT IN ('PERSISTING', 'UNCHECKED')
-),
-first_receipts AS (
-    SELECT effect, order_id, receipt_id
-    FROM receipt_positions
-    WHERE position = 1
 )
 SELECT c.finding_id, c.effect, c.order_id, c.class, c.first_seen_run, c.first_break_on,
        c.runs_open, c.outcome AS resolution,
-       CASE WHEN c.outcome = 'RECEIPT' THEN r.receipt_id END AS receipt_id
+       CASE WHEN c.outcome = 'RECEIPT' THEN r.first_receipt_id END AS receipt_id
 FROM closed c
-LEFT JOIN first_receipts r ON r.effect = c.effect AND r.order_id = c.order_id
+LEFT JOIN receipt_positions r ON r.effect = c.effect AND r.order_id = c.order_id
 ORDER BY c.effect, c.order_id, c.class
