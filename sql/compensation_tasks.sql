@@ -4,7 +4,8 @@
 --     reopen_msg_id = the evidence msg_id for SKIPPED_BUT_DUE and REVIEW_STALLED.
 --   REVERSE_EFFECT for DUPLICATE_EFFECT: every SUCCEEDED receipt up to the cut but the
 --     first, in (created_at, receipt_id) order; for UNREVERSED_EFFECT every one of them
---     (DESIGN §10.1). command = the rule's reversal (NULL on a rule without one).
+--     (DESIGN §10.1), from receipts_in_play.sql. command = the rule's reversal (NULL on a
+--     rule without one).
 --   INVESTIGATE for ORPHAN_EFFECT.
 -- Outside their own action, command, reopen_msg_id and reverse_receipt_ids are NULL.
 -- idempotency_key is the key of the effect, not of the finding (DESIGN §10.2): the same
@@ -20,10 +21,9 @@ receipts_to_reverse AS (
     FROM (
         SELECT x.effect, x.order_id, x.receipt_id, x.created_at, b.class,
                row_number() OVER (PARTITION BY x.effect, x.order_id ORDER BY x.created_at, x.receipt_id) AS position
-        FROM receipts x
+        FROM receipts_in_play x
         JOIN breaks b ON b.effect = x.effect AND b.order_id = x.order_id
                      AND b.class IN ('DUPLICATE_EFFECT', 'UNREVERSED_EFFECT')
-        WHERE x.status = 'SUCCEEDED' AND x.created_at <= $cut
     )
     WHERE position > 1 OR class = 'UNREVERSED_EFFECT'
 ),

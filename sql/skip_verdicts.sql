@@ -9,7 +9,9 @@
 --   CORRECT  otherwise.
 -- The state of each (rule, order) comes from effects_in_play, which keeps the state of
 -- every rule whose trigger was skipped in the window or carried (watched.sql); a pair
--- absent there was never due and got nothing. Sorted by order_id, decided_at, msg_id.
+-- absent there was never due and got nothing; a skip whose event_type triggers no rule
+-- has every flag false (CORRECT). Skipped rows are read once: msg_id is unique (the run
+-- checks it), so each group is one skip. Sorted by order_id, decided_at, msg_id.
 WITH skipped AS (
     SELECT msg_id, order_id, event_type, decided_at, 'NEW' AS lifecycle
     FROM ledger
@@ -20,26 +22,24 @@ WITH skipped AS (
     WHERE verdict = 'PENDING' AND decided_at <= $since
 ),
 per_skip AS (
-    SELECT k.msg_id, k.lifecycle,
+    SELECT k.msg_id, k.order_id, k.event_type, k.decided_at, k.lifecycle,
            bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count = 0 AND s.due_at + r.grace <= $cut) AS wrong,
            bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count = 0) AS owed,
            bool_or(s.due_at IS NOT NULL) AS any_due,
            bool_or(k.decided_at + r.grace > $cut) AS young,
            bool_or(s.due_at IS NOT NULL AND NOT s.voided AND s.receipt_count >= 1) AS done
     FROM skipped k
-    JOIN rules r ON r.trigger_event = k.event_type
+    LEFT JOIN rules r ON r.trigger_event = k.event_type
     LEFT JOIN effects_in_play s ON s.effect = r.effect AND s.order_id = k.order_id
-    GROUP BY k.msg_id, k.lifecycle
+    GROUP BY k.msg_id, k.order_id, k.event_type, k.decided_at, k.lifecycle
 )
-SELECT k.msg_id, k.order_id, k.event_type, k.decided_at,
+SELECT msg_id, order_id, event_type, decided_at,
        CASE
-           WHEN p.msg_id IS NULL THEN 'CORRECT'
-           WHEN coalesce(p.wrong, false) THEN 'WRONG'
-           WHEN coalesce(p.owed, false) OR (NOT coalesce(p.any_due, false) AND coalesce(p.young, false)) THEN 'PENDING'
-           WHEN coalesce(p.done, false) THEN 'HARMLESS'
+           WHEN coalesce(wrong, false) THEN 'WRONG'
+           WHEN coalesce(owed, false) OR (NOT coalesce(any_due, false) AND coalesce(young, false)) THEN 'PENDING'
+           WHEN coalesce(done, false) THEN 'HARMLESS'
            ELSE 'CORRECT'
        END AS verdict,
-       k.lifecycle
-FROM skipped k
-LEFT JOIN per_skip p ON p.msg_id = k.msg_id AND p.lifecycle = k.lifecycle
-ORDER BY k.order_id, k.decided_at, k.msg_id
+       lifecycle
+FROM per_skip
+ORDER BY order_id, decided_at, msg_id

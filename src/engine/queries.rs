@@ -41,7 +41,9 @@ pub const JUDGED_ORDERS: Query = query!("judged_orders");
 pub const ORDER_ID_SPAN: Query = query!("order_id_span");
 /// Possible findings and the state of skipped orders, from one pass over effect_state.
 pub const EFFECTS_IN_PLAY: Query = query!("effects_in_play");
-/// The first two SUCCEEDED receipts of the pairs that need them (one receipts pass).
+/// The SUCCEEDED receipts of the pairs whose receipts are listed (one receipts pass).
+pub const RECEIPTS_IN_PLAY: Query = query!("receipts_in_play");
+/// The first receipt and the second receipt's time of each pair in receipts_in_play.
 pub const RECEIPT_POSITIONS: Query = query!("receipt_positions");
 /// Findings of the window before evidence.
 pub const CANDIDATES: Query = query!("candidates");
@@ -81,12 +83,13 @@ pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
 pub const ADVISE_WRONG_SKIP_GAPS: Query = query!("advise_wrong_skip_gaps");
 
 /// Every query of a run in dependency order: each may read the ones before it.
-pub const PIPELINE: [Query; 14] = [
+pub const PIPELINE: [Query; 15] = [
     RULE_STATUSES,
     PREVIOUS_OPEN,
     WATCHED,
     EFFECT_STATE,
     EFFECTS_IN_PLAY,
+    RECEIPTS_IN_PLAY,
     RECEIPT_POSITIONS,
     CANDIDATES,
     TRIGGER_EVIDENCE,

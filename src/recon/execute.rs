@@ -55,8 +55,9 @@ pub async fn reconcile(
     // Kept in memory when restricted: a quarter of what one pass may aggregate.
     let judged = judged::restrict(ctx, rules, bounds, rows_per_pass / 4).await?;
     materialise_effects_in_play(ctx, bounds, rows_per_pass, explain, &mut plans).await?;
-    // One receipts pass for both the DUPLICATE pairs (candidates) and the open findings a
-    // receipt closes (resolved).
+    // One receipts pass for the DUPLICATE pairs (candidates, tasks), the UNREVERSED ones
+    // (tasks) and the open findings a receipt closes (resolved).
+    materialise(ctx, queries::RECEIPTS_IN_PLAY, &params, explain, &mut plans).await?;
     materialise(ctx, queries::RECEIPT_POSITIONS, &params, explain, &mut plans).await?;
     materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
     // Registered only now, so that it reads the materialised candidates.
