@@ -189,6 +189,65 @@ fn typed_column<'a, T: Array + 'static>(batch: &'a RecordBatch, name: &str) -> R
 
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::util::pretty::pretty_format_batches;
+    use datafusion::prelude::SessionContext;
+
+    /// Rows of `sql` sorted by effect and order_id, as a table.
+    async fn table(ctx: &SessionContext, sql: &str) -> String {
+        let sorted = format!("SELECT * FROM ({sql}) ORDER BY effect, order_id");
+        let batches = ctx.sql(&sorted).await.unwrap().collect().await.unwrap();
+        pretty_format_batches(&batches).unwrap().to_string()
+    }
+
+    /// receipt_positions takes the first receipt and the second receipt's time from
+    /// aggregates over first_at; they must be the first two in (created_at, receipt_id)
+    /// order, ties at first_at included.
+    #[tokio::test]
+    async fn receipt_positions_are_the_first_two_in_created_at_then_receipt_id_order() {
+        let ctx = SessionContext::new();
+        let receipts = "CREATE TABLE receipts_in_play AS
+            WITH r(effect, order_id, receipt_id, created_at) AS (VALUES
+                ('e', 1, 'r-b', '2026-11-29T10:00:00'), ('e', 1, 'r-a', '2026-11-29T10:00:00'),
+                ('e', 1, 'r-c', '2026-11-29T11:00:00'),
+                ('e', 2, 'r-z', '2026-11-29T09:00:00'), ('e', 2, 'r-y', '2026-11-29T10:00:00'),
+                ('e', 2, 'r-x', '2026-11-29T12:00:00'),
+                ('e', 3, 'r-q', '2026-11-29T08:00:00'),
+                ('e', 4, 'r-2', '2026-11-29T10:00:00'), ('e', 4, 'r-1', '2026-11-29T11:00:00'),
+                ('e', 4, 'r-0', '2026-11-29T11:00:00'),
+                ('f', 1, 'r-m', '2026-11-29T07:00:00'), ('f', 1, 'r-n', '2026-11-29T07:00:00'),
+                ('f', 1, 'r-l', '2026-11-29T07:00:00'))
+            SELECT effect, CAST(order_id AS BIGINT) AS order_id, receipt_id,
+                   CAST(created_at AS TIMESTAMP) AS created_at,
+                   min(CAST(created_at AS TIMESTAMP)) OVER (PARTITION BY effect, order_id) AS first_at
+            FROM r";
+        ctx.sql(receipts).await.unwrap().collect().await.unwrap();
+        let found = table(&ctx, super::RECEIPT_POSITIONS.text).await;
+        let by_definition = table(
+            &ctx,
+            "SELECT effect, order_id,
+                    max(CASE WHEN position = 1 THEN receipt_id END) AS first_receipt_id,
+                    max(CASE WHEN position = 2 THEN created_at END) AS second_at
+             FROM (SELECT *, row_number() OVER (PARTITION BY effect, order_id
+                                                ORDER BY created_at, receipt_id) AS position
+                   FROM receipts_in_play)
+             GROUP BY effect, order_id",
+        )
+        .await;
+        assert_eq!(found, by_definition);
+        let expected = [
+            "+--------+----------+------------------+---------------------+",
+            "| effect | order_id | first_receipt_id | second_at           |",
+            "+--------+----------+------------------+---------------------+",
+            "| e      | 1        | r-a              | 2026-11-29T10:00:00 |",
+            "| e      | 2        | r-z              | 2026-11-29T10:00:00 |",
+            "| e      | 3        | r-q              |                     |",
+            "| e      | 4        | r-2              | 2026-11-29T11:00:00 |",
+            "| f      | 1        | r-l              | 2026-11-29T07:00:00 |",
+            "+--------+----------+------------------+---------------------+",
+        ];
+        assert_eq!(found, expected.join("\n"));
+    }
+
     #[test]
     fn every_query_starts_with_its_contract() {
         for query in super::all().chain(super::ADVISE) {
