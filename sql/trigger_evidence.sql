@@ -3,8 +3,10 @@
 -- and the evidence row: among the rows giving that outcome, the earliest decided_at,
 -- ties broken by the smallest msg_id. reorder_suspected: another ledger row of the same
 -- order, topic and partition has a larger offset but was decided earlier.
+-- msg_id is copied out of the scanned pages (Utf8, not a view into them): the window's sort
+-- holds every kept row, and each would otherwise hold its batch's pages.
 WITH trigger_rows AS (
-    SELECT l.msg_id, l.order_id, l.event_type, l.action, l.observed_status, l.topic,
+    SELECT arrow_cast(l.msg_id, 'Utf8') AS msg_id, l.order_id, l.event_type, l.action, l.observed_status, l.topic,
            l.kafka_partition, l.kafka_offset, l.consumer_id, l.decided_at,
            CASE l.action
                WHEN 'DONE' THEN 1
