@@ -5,14 +5,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use effect_recon::datafusion::arrow::array::{Array, StringArray};
 use effect_recon::datafusion::arrow::record_batch::RecordBatch;
 use effect_recon::datafusion::datasource::MemTable;
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use effect_recon::datafusion::prelude::SessionContext;
 use effect_recon::engine::session::{self, SessionOptions};
-use effect_recon::recon::{reconcile, Bounds, Window};
+use effect_recon::recon::{reconcile, Bounds, Outputs, Window};
 use effect_recon::snapshot::{Snapshot, SnapshotWriter, Table};
+use effect_recon::storage::parquet_parts::ROW_GROUP_ROWS;
 use effect_recon::storage::Location;
 use effect_recon::workload::{generate, WorkloadPlan};
 
@@ -83,11 +86,7 @@ async fn reconcile_with(
     // polled on this 2-core machine take over their idle siblings' files, which hides a
     // skewed split here and evens it out on 16 cores only when the split is fine enough.
     ctx.sql("SET datafusion.execution.enable_file_stream_work_stealing = false").await.unwrap();
-    snapshot.register(&ctx).await.unwrap();
-    let rules = effect_recon::config::RuleSet::default_rules().unwrap();
-    let window = Window::resolve(snapshot.cut(), None, None).unwrap();
-    let bounds = Bounds::standalone(window, "scaling");
-    let outputs = reconcile(&ctx, &rules, &bounds, rows_per_pass, true).await.unwrap();
+    let outputs = reconcile_in(&ctx, &snapshot, rows_per_pass, true).await;
     let passes = outputs
         .plans
         .iter()
@@ -101,6 +100,21 @@ async fn reconcile_with(
         psv(&[outputs.resolved]),
     ];
     (passes, text)
+}
+
+/// `snapshot` registered in `ctx` and reconciled alone with the default rules; the
+/// materialised tables stay in `ctx`.
+async fn reconcile_in(
+    ctx: &SessionContext,
+    snapshot: &Snapshot,
+    rows_per_pass: u64,
+    explain: bool,
+) -> Outputs {
+    snapshot.register(ctx).await.unwrap();
+    let rules = effect_recon::config::RuleSet::default_rules().unwrap();
+    let window = Window::resolve(snapshot.cut(), None, None).unwrap();
+    let bounds = Bounds::standalone(window, "scaling");
+    reconcile(ctx, &rules, &bounds, rows_per_pass, explain).await.unwrap()
 }
 
 /// Rows each partition of every file scan produced, from the `scan rows per partition`
@@ -175,7 +189,7 @@ fn long_receipt_ids(table: Table, batch: RecordBatch) -> RecordBatch {
     let long: StringArray =
         ids.iter().map(|id| id.map(|id| format!("receipt-of-a-large-day-{id}"))).collect();
     let mut columns = batch.columns().to_vec();
-    columns[index] = std::sync::Arc::new(long);
+    columns[index] = Arc::new(long);
     RecordBatch::try_new(batch.schema(), columns).unwrap()
 }
 
@@ -185,14 +199,10 @@ fn long_receipt_ids(table: Table, batch: RecordBatch) -> RecordBatch {
 #[tokio::test]
 async fn materialised_receipts_hold_their_rows_not_the_scanned_pages() {
     let dir = tempfile::tempdir().unwrap();
-    let snapshot = rewritten_day(dir.path(), 30_000, 128 * 1024, long_receipt_ids).await;
+    let snapshot = rewritten_day(dir.path(), 30_000, ROW_GROUP_ROWS, long_receipt_ids).await;
     let snapshot = Snapshot::open(&snapshot).await.unwrap();
     let ctx = session::build(&SessionOptions::default()).unwrap();
-    snapshot.register(&ctx).await.unwrap();
-    let rules = effect_recon::config::RuleSet::default_rules().unwrap();
-    let window = Window::resolve(snapshot.cut(), None, None).unwrap();
-    let bounds = Bounds::standalone(window, "kept-rows");
-    reconcile(&ctx, &rules, &bounds, u64::MAX, false).await.unwrap();
+    reconcile_in(&ctx, &snapshot, u64::MAX, false).await;
     let provider = ctx.table_provider("receipts_in_play").await.unwrap();
     let table = provider.downcast_ref::<MemTable>().expect("materialised in memory");
     // Only the ids: the other columns carry the capacity of a whole output batch, which
