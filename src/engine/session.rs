@@ -164,12 +164,12 @@ pub fn build(options: &SessionOptions) -> Result<SessionContext> {
 pub async fn connect(
     engine: &Engine,
     options: &SessionOptions,
-    staging: impl FnOnce() -> Staging,
+    staging: impl FnOnce(SessionContext) -> Staging,
 ) -> Result<SessionContext> {
     match engine {
         Engine::InProcess => build(options),
         Engine::Ballista { scheduler } => {
-            let config = config(options).with_extension(Arc::new(staging()));
+            let config = config(options).with_extension(Arc::new(staging(build(options)?)));
             cluster_session(scheduler, config, runtime(options)?).await
         }
     }

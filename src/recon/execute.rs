@@ -8,11 +8,12 @@ use std::time::Instant;
 use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::TaskContext;
 use datafusion::physical_plan::collect;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
 use datafusion::physical_plan::metrics::MetricValue;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::prelude::SessionContext;
+use datafusion::prelude::{DataFrame, SessionContext};
 
 use super::{judged, lifecycle, rules_table, Bounds, Outputs};
 use crate::config::RuleSet;
@@ -72,6 +73,11 @@ pub async fn reconcile(
 /// Effects in play and candidates are small and each feeds two later queries: computing
 /// them once keeps the big inputs from being aggregated again. The aggregation behind
 /// effects in play runs one order_id range at a time so its memory stays bounded.
+///
+/// On a cluster the ranges are jobs of one task each, submitted together, at least one
+/// per task slot (`target_partitions`): the snapshot files are sorted by order_id, so a
+/// range's task reads every row of its orders and aggregates them alone. A partitioned
+/// aggregation would instead shuffle every partial group through the executors' disks.
 async fn materialise_effects_in_play(
     ctx: &SessionContext,
     bounds: &Bounds,
@@ -80,16 +86,43 @@ async fn materialise_effects_in_play(
     plans: &mut Vec<(String, String)>,
 ) -> Result<()> {
     let mut in_play = Vec::new();
-    for (lo, hi) in order_id_ranges(ctx, rows_per_pass).await? {
-        let range_params = bounds.params_for_orders(lo, hi);
-        queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
-        in_play.push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, plans).await?);
+    if staging::is_distributed(ctx) {
+        let slots = ctx.copied_config().target_partitions();
+        let one_task = one_partition(ctx);
+        let mut jobs = Vec::new();
+        for (lo, hi) in order_id_ranges(ctx, rows_per_pass, slots).await? {
+            let range_params = bounds.params_for_orders(lo, hi);
+            // Each frame keeps the view it was planned over, so the next range may
+            // register its own under the same name.
+            queries::register_view(&one_task, queries::EFFECT_STATE, &range_params).await?;
+            let frame = queries::frame(&one_task, queries::EFFECTS_IN_PLAY, &range_params).await?;
+            jobs.push(run(frame, one_task.task_ctx(), queries::EFFECTS_IN_PLAY, explain));
+        }
+        for (schema, batches, plan) in futures::future::try_join_all(jobs).await? {
+            plans.extend(plan);
+            in_play.push((schema, batches));
+        }
+    } else {
+        for (lo, hi) in order_id_ranges(ctx, rows_per_pass, 1).await? {
+            let range_params = bounds.params_for_orders(lo, hi);
+            queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
+            in_play
+                .push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, plans).await?);
+        }
     }
     let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
         Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
     })?;
     let batches = in_play.into_iter().flat_map(|(_, b)| b).collect();
     staging::register_batches(ctx, queries::EFFECTS_IN_PLAY.name, schema, batches).await
+}
+
+/// The same session (the same tables, engine and settings) planning every query as one
+/// partition.
+fn one_partition(ctx: &SessionContext) -> SessionContext {
+    let mut state = ctx.state();
+    state.config_mut().options_mut().execution.target_partitions = 1;
+    SessionContext::new_with_state(state)
 }
 
 /// The output tables, from the materialised findings and re-judged open findings.
@@ -119,10 +152,16 @@ async fn outputs(
 }
 
 /// The order_id ranges effect_state is computed over: the whole range for a day of at
-/// most `rows_per_pass` input rows, else equal-width slices of `[min, max]` (the snapshot
-/// files are sorted by order_id, so each slice reads only its own row groups).
-async fn order_id_ranges(ctx: &SessionContext, rows_per_pass: u64) -> Result<Vec<(i64, i64)>> {
+/// most `rows_per_pass` input rows and `at_least` 1, else equal-width slices of
+/// `[min, max]`, as many as memory needs and at least `at_least` (the snapshot files are
+/// sorted by order_id, so each slice reads only its own row groups).
+async fn order_id_ranges(
+    ctx: &SessionContext,
+    rows_per_pass: u64,
+    at_least: usize,
+) -> Result<Vec<(i64, i64)>> {
     let rows_per_pass = i128::from(rows_per_pass.max(1));
+    let at_least = at_least.max(1) as i128;
     let whole = vec![(i64::MIN, i64::MAX)];
     let batches = queries::collect(ctx, queries::ORDER_ID_SPAN, &[]).await?;
     let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else { return Ok(whole) };
@@ -131,11 +170,16 @@ async fn order_id_ranges(ctx: &SessionContext, rows_per_pass: u64) -> Result<Vec
         queries::int64_column(batch, "hi")?,
         queries::int64_column(batch, "rows")?,
     );
-    if lo.is_null(0) || hi.is_null(0) || i128::from(rows.value(0)) <= rows_per_pass {
+    if lo.is_null(0) || hi.is_null(0) {
         return Ok(whole);
     }
     let (lo, hi) = (i128::from(lo.value(0)), i128::from(hi.value(0)));
-    let passes = (i128::from(rows.value(0)) + rows_per_pass - 1) / rows_per_pass;
+    let by_memory = (i128::from(rows.value(0)) + rows_per_pass - 1) / rows_per_pass;
+    // No more slices than orders: each must hold at least one order_id.
+    let passes = by_memory.max(at_least).min(hi - lo + 1);
+    if passes <= 1 {
+        return Ok(whole);
+    }
     let width = ((hi - lo + 1) + passes - 1) / passes;
     let bound = |v: i128| v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
     Ok((0..passes)
@@ -154,20 +198,37 @@ async fn execute(
     explain: bool,
     plans: &mut Vec<(String, String)>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let frame = queries::frame(ctx, query, params).await?;
+    let mut frame = queries::frame(ctx, query, params).await?;
+    let mut task_ctx = ctx.task_ctx();
+    if let Some(driver) = staging::driver_for(ctx, frame.logical_plan()) {
+        frame = queries::frame(&driver, query, params).await?;
+        task_ctx = driver.task_ctx();
+    }
+    let (schema, batches, plan) = run(frame, task_ctx, query, explain).await?;
+    plans.extend(plan);
+    Ok((schema, batches))
+}
+
+/// Executes a planned query; with `explain`, also its physical plan with metrics.
+async fn run(
+    frame: DataFrame,
+    task_ctx: Arc<TaskContext>,
+    query: Query,
+    explain: bool,
+) -> Result<(SchemaRef, Vec<RecordBatch>, Option<(String, String)>)> {
     let context = |e| Error::query(format!("running sql/{}.sql", query.name), e);
     let started = Instant::now();
     let physical = frame.create_physical_plan().await.map_err(context)?;
-    let batches = collect(Arc::clone(&physical), ctx.task_ctx()).await.map_err(context)?;
-    if explain {
+    let batches = collect(Arc::clone(&physical), task_ctx).await.map_err(context)?;
+    let plan = explain.then(|| {
         let header =
             format!("{}.sql ({})", query.name, crate::time::format_elapsed(started.elapsed()));
         let mut text =
             DisplayableExecutionPlan::with_metrics(physical.as_ref()).indent(true).to_string();
         scan_balance(physical.as_ref(), &mut text);
-        plans.push((header, text));
-    }
-    Ok((physical.schema(), batches))
+        (header, text)
+    });
+    Ok((physical.schema(), batches, plan))
 }
 
 /// Appends, for every file scan of an executed plan, the rows each partition produced and

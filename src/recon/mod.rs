@@ -228,8 +228,10 @@ async fn reconcile_and_publish(plan: &RunPlan, events: &Events) -> Result<RunRep
         }
     };
     let run_folder = prepared.publisher.folder().clone();
-    let ctx = session::connect(&plan.engine, &plan.session, || Staging::in_run_folder(&run_folder))
-        .await?;
+    let ctx = session::connect(&plan.engine, &plan.session, |driver| {
+        Staging::in_run_folder(&run_folder, driver)
+    })
+    .await?;
     if plan.engine != Engine::InProcess {
         events.emit(Event::RunEngine { engine: plan.engine.describe() });
     }
