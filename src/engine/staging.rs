@@ -29,7 +29,6 @@ use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::ipc::writer::FileWriter;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::TableProvider;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::ScalarValue;
 use datafusion::datasource::file_format::arrow::ArrowFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
@@ -38,7 +37,7 @@ use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use datafusion::datasource::{MemTable, ViewTable};
-use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::Compression;
 use datafusion::parquet::file::properties::WriterProperties;
@@ -311,21 +310,20 @@ pub(crate) async fn register_batches(
     Ok(())
 }
 
-/// On a cluster engine, the client's in-process session when `plan` reads only tables
-/// the run built itself (the rules, the previous run, materialised results): such a
-/// query has no snapshot rows to distribute, and a cluster job would cost it a round of
+/// On a cluster engine, the client's in-process session when the query `sql` names only
+/// tables the run built itself (the rules, the previous run, materialised results): such
+/// a query has no snapshot rows to distribute, and a cluster job would cost it a round of
 /// scheduling, a broadcast and a result fetch for a few milliseconds of work. `None` in
-/// process, and for a query that reads the snapshot or a view.
-pub(crate) fn driver_for(ctx: &SessionContext, plan: &LogicalPlan) -> Option<SessionContext> {
+/// process, and for a query that names the snapshot or a view (anywhere: subqueries
+/// included). Decided on the text, not the plan: a plan has views already inlined, and
+/// the driver plans the text again over its own tables.
+pub(crate) fn driver_for(ctx: &SessionContext, sql: &str) -> Option<SessionContext> {
     let staging = Staging::of(ctx)?;
-    let mut built_here = true;
-    plan.apply_with_subqueries(|node| {
-        if let LogicalPlan::TableScan(scan) = node {
-            built_here &= staging.driver.table_exist(scan.table_name.clone()).unwrap_or(false);
-        }
-        Ok(if built_here { TreeNodeRecursion::Continue } else { TreeNodeRecursion::Stop })
-    })
-    .ok()?;
+    let state = staging.driver.state();
+    let dialect = state.config().options().sql_parser.dialect;
+    let statement = state.sql_to_statement(sql, &dialect).ok()?;
+    let tables = state.resolve_table_references(&statement).ok()?;
+    let built_here = tables.into_iter().all(|t| staging.driver.table_exist(t).unwrap_or(false));
     built_here.then(|| staging.driver.clone())
 }
 
@@ -343,6 +341,8 @@ mod tests {
     use datafusion::arrow::datatypes::{Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::common::stats::Precision;
+    use datafusion::physical_plan::statistics::StatisticsContext;
+    use datafusion::physical_plan::StatisticsArgs;
     use datafusion::prelude::{SessionConfig, SessionContext};
 
     use super::{driver_for, register_batches, Staging};
@@ -365,7 +365,8 @@ mod tests {
     ) -> (Precision<usize>, Vec<RecordBatch>) {
         let frame = ctx.sql(&format!("SELECT * FROM {name}")).await.unwrap();
         let plan = frame.clone().create_physical_plan().await.unwrap();
-        let rows = plan.partition_statistics(None).unwrap().num_rows;
+        let stats = StatisticsContext::new().compute(plan.as_ref(), &StatisticsArgs::new());
+        let rows = stats.unwrap().num_rows;
         (rows, frame.collect().await.unwrap())
     }
 
@@ -412,8 +413,8 @@ mod tests {
     }
 
     /// A query of the tables the run built runs in the client's own session; one that
-    /// also reads a table of the engine (the snapshot), even in a subquery, goes to the
-    /// engine.
+    /// also names a table of the engine (the snapshot) or a view, even in a subquery,
+    /// goes to the engine.
     #[tokio::test]
     async fn only_queries_of_staged_tables_run_in_the_driver() {
         let dir = tempfile::tempdir().unwrap();
@@ -425,19 +426,21 @@ mod tests {
         .unwrap();
         register_batches(&ctx, "findings", orders.schema(), vec![orders.clone()]).await.unwrap();
         ctx.register_batch("ledger", orders).unwrap();
-        let plan = |sql: &'static str| {
-            let ctx = ctx.clone();
-            async move { ctx.sql(sql).await.unwrap().logical_plan().clone() }
-        };
-        let staged_only =
-            plan("SELECT * FROM findings WHERE order_id IN (SELECT order_id FROM findings)").await;
-        let driver = driver_for(&ctx, &staged_only).expect("runs in the driver");
-        let read = driver.sql("SELECT count(*) FROM findings").await.unwrap().collect().await;
-        assert_eq!(read.unwrap()[0].num_rows(), 1);
-        let in_subquery =
-            plan("SELECT * FROM findings WHERE order_id IN (SELECT order_id FROM ledger)").await;
-        assert!(driver_for(&ctx, &in_subquery).is_none());
-        let joined = plan("SELECT * FROM findings JOIN ledger USING (order_id)").await;
-        assert!(driver_for(&ctx, &joined).is_none());
+        // A view over staged tables only: planned, it is inlined into scans of them.
+        let view = ctx.sql("SELECT order_id FROM findings").await.unwrap().into_view();
+        ctx.register_table("evidence", view).unwrap();
+
+        let staged_only = "WITH f AS (SELECT * FROM findings)
+            SELECT * FROM f WHERE order_id IN (SELECT order_id FROM findings)";
+        let driver = driver_for(&ctx, staged_only).expect("runs in the driver");
+        let read = driver.sql(staged_only).await.unwrap().collect().await.unwrap();
+        assert_eq!(read.iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
+        for engine_side in [
+            "SELECT * FROM findings WHERE order_id IN (SELECT order_id FROM ledger)",
+            "SELECT * FROM findings JOIN ledger USING (order_id)",
+            "SELECT * FROM findings JOIN evidence USING (order_id)",
+        ] {
+            assert!(driver_for(&ctx, engine_side).is_none(), "{engine_side}");
+        }
     }
 }

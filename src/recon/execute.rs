@@ -200,7 +200,7 @@ async fn execute(
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let mut frame = queries::frame(ctx, query, params).await?;
     let mut task_ctx = ctx.task_ctx();
-    if let Some(driver) = staging::driver_for(ctx, frame.logical_plan()) {
+    if let Some(driver) = staging::driver_for(ctx, query.text) {
         frame = queries::frame(&driver, query, params).await?;
         task_ctx = driver.task_ctx();
     }
