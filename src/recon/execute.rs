@@ -151,10 +151,10 @@ async fn outputs(
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, judged: None, plans })
 }
 
-/// The order_id ranges effect_state is computed over: the whole range for a day of at
-/// most `rows_per_pass` input rows and `at_least` 1, else equal-width slices of
-/// `[min, max]`, as many as memory needs and at least `at_least` (the snapshot files are
-/// sorted by order_id, so each slice reads only its own row groups).
+/// The order_id ranges effect_state is computed over: equal-width slices of `[min, max]`,
+/// as many as memory needs (`rows_per_pass` input rows each) and at least `at_least`, but
+/// no more than there are order_ids; the whole range when that makes one. The snapshot
+/// files are sorted by order_id, so each slice reads only its own row groups.
 async fn order_id_ranges(
     ctx: &SessionContext,
     rows_per_pass: u64,
@@ -198,13 +198,10 @@ async fn execute(
     explain: bool,
     plans: &mut Vec<(String, String)>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let mut frame = queries::frame(ctx, query, params).await?;
-    let mut task_ctx = ctx.task_ctx();
-    if let Some(driver) = staging::driver_for(ctx, query.text) {
-        frame = queries::frame(&driver, query, params).await?;
-        task_ctx = driver.task_ctx();
-    }
-    let (schema, batches, plan) = run(frame, task_ctx, query, explain).await?;
+    // On a cluster, a query of the tables the run built runs in the client.
+    let session = staging::driver_for(ctx, query.text).unwrap_or_else(|| ctx.clone());
+    let frame = queries::frame(&session, query, params).await?;
+    let (schema, batches, plan) = run(frame, session.task_ctx(), query, explain).await?;
     plans.extend(plan);
     Ok((schema, batches))
 }

@@ -10,8 +10,9 @@
 //!   client's registered stores do not travel with a plan.
 //!
 //! What the client must not send: in-memory tables (no codec on the scheduler; they are
-//! staged as Parquet files or carried as `VALUES`, see [`crate::engine::staging`]) and table providers of our own (the
-//! snapshot's row-group-balanced tables are plain listing tables on a cluster).
+//! staged as Parquet files or carried as `VALUES`, see [`crate::engine::staging`]) and
+//! table providers of our own (the snapshot's row-group-balanced tables are plain listing
+//! tables on a cluster).
 
 pub mod client;
 pub mod nodes;
