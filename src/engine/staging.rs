@@ -37,6 +37,7 @@ use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
 use datafusion::datasource::{MemTable, ViewTable};
+use datafusion::error::{DataFusionError, Result as DataFusionResult};
 use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
 use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::parquet::basic::Compression;
@@ -124,10 +125,10 @@ impl Staging {
         let n = self.tables.fetch_add(1, Ordering::Relaxed);
         let extension = format.extension();
         let path = format!("{n:03}-{name}{extension}");
-        let fail = |e: String| Error::Output {
+        let fail = |e: DataFusionError| Error::Output {
             location: self.folder.display(&path),
             message: format!("staging table {name}: {e}"),
-            source: None,
+            source: Some(Box::new(e)),
         };
         let bytes = format.encode(&schema, batches).map_err(fail)?;
         self.folder.write(&path, Bytes::from(bytes)).await?;
@@ -184,32 +185,26 @@ impl StagedFormat {
         }
     }
 
-    fn encode(
-        self,
-        schema: &SchemaRef,
-        batches: &[RecordBatch],
-    ) -> std::result::Result<Vec<u8>, String> {
+    fn encode(self, schema: &SchemaRef, batches: &[RecordBatch]) -> DataFusionResult<Vec<u8>> {
         match self {
             StagedFormat::Parquet => {
                 // Read back at once from a disk or bucket every node shares: fast to write
                 // beats small.
                 let props =
                     WriterProperties::builder().set_compression(Compression::LZ4_RAW).build();
-                let mut writer = ArrowWriter::try_new(Vec::new(), Arc::clone(schema), Some(props))
-                    .map_err(|e| e.to_string())?;
+                let mut writer = ArrowWriter::try_new(Vec::new(), Arc::clone(schema), Some(props))?;
                 for batch in batches {
-                    writer.write(batch).map_err(|e| e.to_string())?;
+                    writer.write(batch)?;
                 }
-                writer.into_inner().map_err(|e| e.to_string())
+                Ok(writer.into_inner()?)
             }
             StagedFormat::ArrowIpc => {
-                let mut writer =
-                    FileWriter::try_new(Vec::new(), schema).map_err(|e| e.to_string())?;
+                let mut writer = FileWriter::try_new(Vec::new(), schema)?;
                 for batch in batches {
-                    writer.write(batch).map_err(|e| e.to_string())?;
+                    writer.write(batch)?;
                 }
-                writer.finish().map_err(|e| e.to_string())?;
-                writer.into_inner().map_err(|e| e.to_string())
+                writer.finish()?;
+                Ok(writer.into_inner()?)
             }
         }
     }

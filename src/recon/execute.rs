@@ -85,30 +85,35 @@ async fn materialise_effects_in_play(
     explain: bool,
     plans: &mut Vec<(String, String)>,
 ) -> Result<()> {
-    let mut in_play = Vec::new();
-    if staging::is_distributed(ctx) {
-        let slots = ctx.copied_config().target_partitions();
-        let one_task = one_partition(ctx);
-        let mut jobs = Vec::new();
-        for (lo, hi) in order_id_ranges(ctx, rows_per_pass, slots).await? {
-            let range_params = bounds.params_for_orders(lo, hi);
-            // Each frame keeps the view it was planned over, so the next range may
-            // register its own under the same name.
-            queries::register_view(&one_task, queries::EFFECT_STATE, &range_params).await?;
-            let frame = queries::frame(&one_task, queries::EFFECTS_IN_PLAY, &range_params).await?;
-            jobs.push(run(frame, one_task.task_ctx(), queries::EFFECTS_IN_PLAY, explain));
-        }
-        for (schema, batches, plan) in futures::future::try_join_all(jobs).await? {
-            plans.extend(plan);
-            in_play.push((schema, batches));
-        }
+    let distributed = staging::is_distributed(ctx);
+    let (session, at_least) = if distributed {
+        (one_partition(ctx), ctx.copied_config().target_partitions())
     } else {
-        for (lo, hi) in order_id_ranges(ctx, rows_per_pass, 1).await? {
-            let range_params = bounds.params_for_orders(lo, hi);
-            queries::register_view(ctx, queries::EFFECT_STATE, &range_params).await?;
-            in_play
-                .push(execute(ctx, queries::EFFECTS_IN_PLAY, &range_params, explain, plans).await?);
+        (ctx.clone(), 1)
+    };
+    let mut jobs = Vec::new();
+    for (lo, hi) in order_id_ranges(ctx, rows_per_pass, at_least).await? {
+        let range_params = bounds.params_for_orders(lo, hi);
+        // Each frame keeps the view it was planned over, so the next range may register
+        // its own under the same name.
+        queries::register_view(&session, queries::EFFECT_STATE, &range_params).await?;
+        let frame = queries::frame(&session, queries::EFFECTS_IN_PLAY, &range_params).await?;
+        jobs.push(run(frame, session.task_ctx(), queries::EFFECTS_IN_PLAY, explain));
+    }
+    // In process one pass at a time: each may take the memory a pass is sized for.
+    let done = if distributed {
+        futures::future::try_join_all(jobs).await?
+    } else {
+        let mut done = Vec::new();
+        for job in jobs {
+            done.push(job.await?);
         }
+        done
+    };
+    let mut in_play = Vec::new();
+    for (schema, batches, plan) in done {
+        plans.extend(plan);
+        in_play.push((schema, batches));
     }
     let schema = in_play.first().map(|(schema, _)| Arc::clone(schema)).ok_or_else(|| {
         Error::Internal(format!("{}: no order_id range was judged", queries::EFFECTS_IN_PLAY.name))
