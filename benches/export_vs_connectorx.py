@@ -119,6 +119,7 @@ def main():
     parser.add_argument("--mysql-url")
     parser.add_argument("--pg-url")
     parser.add_argument("--bin", default=os.path.expanduser("~/.cache/effect-recon/target/release/effect-recon"))
+    parser.add_argument("--bin-before", help="another build's binary, timed beside --bin (a change measured before and after)")
     parser.add_argument("--python", default=sys.executable, help="a Python with connectorx and pyarrow")
     parser.add_argument("--partitions", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--reps", type=int, default=3)
@@ -132,7 +133,9 @@ def main():
         job = os.path.join(work, f"{label}.toml")
         open(job, "w").write(job_config(url, os.path.join(work, "root"), mysql))
         queries = json.dumps(cx_queries(mysql, lower, cut))
-        variants = {"effect-recon export, 1 connection (sorted zstd Parquet)": None}
+        variants = {"effect-recon export, 1 connection (sorted zstd Parquet)": args.bin}
+        if args.bin_before:
+            variants["effect-recon export, the build before (--bin-before)"] = args.bin_before
         for n in args.partitions:
             variants[f"ConnectorX, {n} partition(s), to Arrow"] = (n, False)
             variants[f"ConnectorX, {n} partition(s), + pyarrow sorted zstd Parquet"] = (n, True)
@@ -142,8 +145,8 @@ def main():
             for name, variant in variants.items():
                 out = os.path.join(work, f"out-{rep}-{len(samples[name])}-{abs(hash(name))}")
                 os.makedirs(out)
-                if variant is None:
-                    argv = [args.bin, "export", "--config", job, "--out", out, "--cut", cut.isoformat(), "-q"]
+                if isinstance(variant, str):
+                    argv = [variant, "export", "--config", job, "--out", out, "--cut", cut.isoformat(), "-q"]
                     seconds, mib, _ = timed(argv)
                     manifest = json.load(open(os.path.join(out, "manifest.json")))
                     counted = manifest_rows(manifest)

@@ -1,14 +1,20 @@
 //! Arrow batches of the contract types, filled one database value at a time.
 //!
 //! Every value passes through [`BatchBuilder`], which enforces the contract's NULL rules
-//! and Int32 range, so a batch it returns always has exactly `Table::schema()`.
+//! and Int32 range, so a batch it returns always has the contract's columns, types and
+//! nullability, but for one thing: the text columns of few distinct values
+//! ([`REPEATED_TEXT`]) are held as a dictionary, one `u32` key per row into the values
+//! the chunk has met so far. A chunk is held whole until it is sorted, and those columns
+//! were two fifths of its bytes; the sort turns them back into plain text
+//! ([`crate::db::export`]'s `sort`), so files hold the contract's types.
 
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    ArrayRef, Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, Int32Builder, Int64Builder, StringBuilder, StringDictionaryBuilder,
+    TimestampMicrosecondBuilder,
 };
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::snapshot::{ColumnKind, ColumnSpec, Table, KEY_SPEC, UTC};
@@ -28,9 +34,25 @@ impl From<String> for ValueError {
     }
 }
 
+/// The contract's text columns whose values repeat from row to row: statuses, event
+/// types, actions, topic, consumers, effects.
+const REPEATED_TEXT: [&str; 8] = [
+    "event_type",
+    "expected_status",
+    "action",
+    "observed_status",
+    "topic",
+    "consumer_id",
+    "status",
+    "effect",
+];
+
 /// One column being built.
 enum ColumnBuilder {
     Text(StringBuilder),
+    /// A [`REPEATED_TEXT`] column: its values are kept across batches, so every batch of
+    /// one builder gives a value the same key.
+    Repeated(StringDictionaryBuilder<UInt32Type>),
     Int64(Int64Builder),
     Int32(Int32Builder),
     Timestamp(TimestampMicrosecondBuilder),
@@ -42,6 +64,8 @@ pub(super) struct BatchBuilder {
     specs: Vec<ColumnSpec>,
     columns: Vec<ColumnBuilder>,
     rows: usize,
+    /// Rows a batch is built for.
+    capacity: usize,
 }
 
 impl BatchBuilder {
@@ -55,8 +79,10 @@ impl BatchBuilder {
         } else {
             table.schema()
         };
-        let columns = specs.iter().map(|spec| new_column(spec.kind, capacity)).collect();
-        BatchBuilder { schema, specs, columns, rows: 0 }
+        let columns: Vec<ColumnBuilder> =
+            specs.iter().map(|spec| new_column(spec, capacity)).collect();
+        let schema = held_schema(&schema, &columns);
+        BatchBuilder { schema, specs, columns, rows: 0, capacity }
     }
 
     /// The columns, in order.
@@ -97,6 +123,12 @@ impl BatchBuilder {
         let value = self.check_null(index, value)?;
         match &mut self.columns[index] {
             ColumnBuilder::Text(b) => b.append_option(value),
+            ColumnBuilder::Repeated(b) => match value {
+                Some(v) => {
+                    b.append(v).map_err(|e| internal(&format!("{e}")))?;
+                }
+                None => b.append_null(),
+            },
             _ => return Err(internal("text pushed into a non-text column")),
         }
         Ok(())
@@ -123,18 +155,8 @@ impl BatchBuilder {
 
     /// The rows collected so far as one batch; the builder starts over empty.
     pub(super) fn finish(&mut self) -> Result<RecordBatch, ValueError> {
-        let arrays: Vec<ArrayRef> = self
-            .columns
-            .iter_mut()
-            .map(|c| -> ArrayRef {
-                match c {
-                    ColumnBuilder::Text(b) => Arc::new(b.finish()),
-                    ColumnBuilder::Int64(b) => Arc::new(b.finish()),
-                    ColumnBuilder::Int32(b) => Arc::new(b.finish()),
-                    ColumnBuilder::Timestamp(b) => Arc::new(b.finish().with_timezone(UTC)),
-                }
-            })
-            .collect();
+        let capacity = self.capacity;
+        let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.take(capacity)).collect();
         self.rows = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), arrays)
             .map_err(|e| ValueError::Internal(format!("building a batch: {e}")))
@@ -152,10 +174,49 @@ fn internal(message: &str) -> ValueError {
     ValueError::Internal(message.to_string())
 }
 
-fn new_column(kind: ColumnKind, capacity: usize) -> ColumnBuilder {
-    match kind {
+impl ColumnBuilder {
+    /// The column's rows as an array; the builder goes on with room for `capacity` rows.
+    ///
+    /// A builder's own `finish` leaves it without capacity: the next batch would grow
+    /// every buffer by doubling, and a chunk's batches (all held until it is sorted) would
+    /// carry up to twice the bytes of their values. So each column starts over sized like
+    /// the batch before.
+    fn take(&mut self, capacity: usize) -> ArrayRef {
+        fn fresh<B>(builder: &mut B, next: B) -> B {
+            std::mem::replace(builder, next)
+        }
+        match self {
+            // Its values stay, so that a value has the same key in every batch.
+            ColumnBuilder::Repeated(b) => Arc::new(b.finish_preserve_values()),
+            ColumnBuilder::Text(b) => {
+                let bytes = b.values_slice().len();
+                Arc::new(fresh(b, text_builder(capacity, bytes)).finish())
+            }
+            ColumnBuilder::Int64(b) => {
+                Arc::new(fresh(b, Int64Builder::with_capacity(capacity)).finish())
+            }
+            ColumnBuilder::Int32(b) => {
+                Arc::new(fresh(b, Int32Builder::with_capacity(capacity)).finish())
+            }
+            ColumnBuilder::Timestamp(b) => Arc::new(
+                fresh(b, TimestampMicrosecondBuilder::with_capacity(capacity))
+                    .finish()
+                    .with_timezone(UTC),
+            ),
+        }
+    }
+}
+
+/// Text bytes per row a first batch is sized for.
+const FIRST_TEXT_BYTES_PER_ROW: usize = 16;
+
+fn new_column(spec: &ColumnSpec, capacity: usize) -> ColumnBuilder {
+    match spec.kind {
+        ColumnKind::Text if REPEATED_TEXT.contains(&spec.name) => {
+            ColumnBuilder::Repeated(StringDictionaryBuilder::with_capacity(capacity, 64, 1024))
+        }
         ColumnKind::Text => {
-            ColumnBuilder::Text(StringBuilder::with_capacity(capacity, capacity * 16))
+            ColumnBuilder::Text(text_builder(capacity, capacity * FIRST_TEXT_BYTES_PER_ROW))
         }
         ColumnKind::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(capacity)),
         ColumnKind::Int32 => ColumnBuilder::Int32(Int32Builder::with_capacity(capacity)),
@@ -165,8 +226,32 @@ fn new_column(kind: ColumnKind, capacity: usize) -> ColumnBuilder {
     }
 }
 
+/// A text builder for `rows` rows and about `bytes` bytes: an eighth more, as the next
+/// batch of a source is rarely larger by more.
+fn text_builder(rows: usize, bytes: usize) -> StringBuilder {
+    StringBuilder::with_capacity(rows, bytes + bytes / 8)
+}
+
+/// `schema` with each [`REPEATED_TEXT`] column as the dictionary it is held as.
+fn held_schema(schema: &Schema, columns: &[ColumnBuilder]) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .zip(columns)
+        .map(|(field, column)| match column {
+            ColumnBuilder::Repeated(_) => field.as_ref().clone().with_data_type(
+                DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
+            ),
+            _ => field.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 #[cfg(test)]
 mod tests {
+    use datafusion::arrow::array::{Array, AsArray};
+
     use super::*;
 
     #[test]
@@ -178,5 +263,62 @@ mod tests {
         assert_eq!(b.push_int(7, Some(1 << 32)), Err(ValueError::Invalid(too_big)));
         let mixed = "text pushed into a non-text column".to_string();
         assert_eq!(b.push_text(1, Some("x")), Err(ValueError::Internal(mixed)));
+    }
+
+    /// Appends one receipts row: receipt_id, order_id, effect, msg_id, status, created_at.
+    fn receipt(b: &mut BatchBuilder, id: &str, effect: &str, msg: Option<&str>, status: &str) {
+        b.push_text(0, Some(id)).unwrap();
+        b.push_int(1, Some(7)).unwrap();
+        b.push_text(2, Some(effect)).unwrap();
+        b.push_text(3, msg).unwrap();
+        b.push_text(4, Some(status)).unwrap();
+        b.push_timestamp(5, Some(0)).unwrap();
+        b.end_row();
+    }
+
+    fn strings(array: &dyn Array) -> Vec<Option<&str>> {
+        array.as_string::<i32>().iter().collect()
+    }
+
+    #[test]
+    fn repeated_text_is_held_as_keys_that_mean_the_same_in_every_batch() {
+        let mut b = BatchBuilder::new(Table::Receipts, false, 2);
+        receipt(&mut b, "r1", "POINTS", Some("m1"), "DONE");
+        receipt(&mut b, "r2", "WMS_LOCK", None, "DONE");
+        let first = b.finish().unwrap();
+        receipt(&mut b, "r3", "WMS_LOCK", Some("m3"), "REVERSED");
+        let second = b.finish().unwrap();
+
+        let effects = |batch: &RecordBatch| {
+            let dict = batch.column(2).as_dictionary::<UInt32Type>();
+            (dict.keys().values().to_vec(), strings(dict.values().as_ref()))
+        };
+        assert_eq!(effects(&first), (vec![0, 1], vec![Some("POINTS"), Some("WMS_LOCK")]));
+        assert_eq!(effects(&second), (vec![1], vec![Some("POINTS"), Some("WMS_LOCK")]));
+        let statuses = second.column(4).as_dictionary::<UInt32Type>();
+        assert_eq!(strings(statuses.values().as_ref()), [Some("DONE"), Some("REVERSED")]);
+        // Ids and msg_ids (NULL included) stay plain text.
+        assert_eq!(strings(first.column(0).as_ref()), [Some("r1"), Some("r2")]);
+        assert_eq!(strings(first.column(3).as_ref()), [Some("m1"), None]);
+        assert_eq!(first.schema().field(2).data_type(), second.schema().field(2).data_type());
+    }
+
+    #[test]
+    fn text_buffers_after_the_first_batch_are_sized_to_their_values() {
+        // 17-byte ids: grown by doubling, 8192 of them would sit in 256 KiB for 136 KiB.
+        let rows = 8192;
+        let mut b = BatchBuilder::new(Table::Receipts, false, rows);
+        for round in 0..2 {
+            for i in 0..rows {
+                receipt(&mut b, &format!("receipt-{round}-{i:07}"), "POINTS", None, "DONE");
+            }
+            let batch = b.finish().unwrap();
+            let ids = batch.column(0).to_data();
+            let (bytes, capacity) = (ids.buffers()[1].len(), ids.buffers()[1].capacity());
+            assert_eq!(bytes, rows * 17);
+            if round == 1 {
+                assert!(capacity * 4 <= bytes * 5, "{capacity} bytes held for {bytes}");
+            }
+        }
     }
 }

@@ -552,7 +552,9 @@ impl TableWrite {
         for rx in &mut receivers {
             let batches = collect_chunk(rx).await?;
             let encode = move || -> Result<_, ExportError> {
-                let sorted = Arc::new(sort::Sorted::new(batches, key, batch_rows));
+                let sorted = sort::Sorted::new(batches, key, batch_rows)
+                    .map_err(|e| ExportError::Internal(format!("sorting a chunk: {e}")))?;
+                let sorted = Arc::new(sorted);
                 let rows = sorted.len();
                 let rows_of: RowsOf = Arc::new(move |range| sorted.rows(range));
                 let mut appended = |rows: usize| {

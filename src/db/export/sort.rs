@@ -4,12 +4,17 @@
 //!
 //! The sort is stable: rows with the same `order_id` keep the order the database returned
 //! them in, so the same database state gives the same files.
+//!
+//! A chunk's repeated text columns arrive as dictionaries whose values grow from batch to
+//! batch, every batch's values the start of the last one's (`conn::batch`); the rows
+//! handed out have them as plain text again, looked up in the last batch's values.
 
 use std::ops::Range;
+use std::sync::Arc;
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::compute::interleave_record_batch;
-use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::array::{Array, ArrayRef, AsArray};
+use datafusion::arrow::compute::{cast, interleave, take};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, UInt32Type};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::record_batch::RecordBatch;
 
@@ -18,6 +23,10 @@ use datafusion::arrow::record_batch::RecordBatch;
 /// held in memory.
 pub(super) struct Sorted {
     batches: Vec<RecordBatch>,
+    /// The rows handed out: the batches' columns, dictionaries as their values' type.
+    schema: SchemaRef,
+    /// Per column held as a dictionary: the values every batch's keys point into.
+    values: Vec<Option<ArrayRef>>,
     /// `(key, batch, row)` in output order; empty when the batches are already in order.
     order: Vec<(i64, u32, u32)>,
     batch_rows: usize,
@@ -25,7 +34,16 @@ pub(super) struct Sorted {
 
 impl Sorted {
     /// Sorts `batches` by their Int64 column `key` into batches of at most `batch_rows`.
-    pub(super) fn new(batches: Vec<RecordBatch>, key: usize, batch_rows: usize) -> Self {
+    pub(super) fn new(
+        batches: Vec<RecordBatch>,
+        key: usize,
+        batch_rows: usize,
+    ) -> Result<Self, ArrowError> {
+        let (batches, values) = shared_values(batches)?;
+        let schema = match batches.first() {
+            Some(first) => plain_schema(first.schema_ref()),
+            None => Arc::new(Schema::empty()),
+        };
         let keys: Vec<&[i64]> = batches
             .iter()
             .map(|b| b.column(key).as_primitive::<Int64Type>().values().as_ref())
@@ -39,7 +57,7 @@ impl Sorted {
             // (key, batch, row) are unique: an unstable sort of them is the stable sort by key.
             order.sort_unstable();
         }
-        Sorted { batches, order, batch_rows: batch_rows.max(1) }
+        Ok(Sorted { batches, schema, values, order, batch_rows: batch_rows.max(1) })
     }
 
     /// Rows in the chunk.
@@ -51,17 +69,44 @@ impl Sorted {
     /// several threads at once: each row group of a file is built and encoded on its own.
     pub(super) fn rows(&self, range: Range<usize>) -> Result<Vec<RecordBatch>, ArrowError> {
         if self.order.is_empty() {
-            return Ok(self.slices(range));
+            return self.slices(range).iter().map(|b| self.plain(b)).collect();
         }
-        let sources: Vec<&RecordBatch> = self.batches.iter().collect();
+        let sources: Vec<Vec<&dyn Array>> = (0..self.values.len())
+            .map(|c| self.batches.iter().map(|b| gathered_from(b, c, &self.values[c])).collect())
+            .collect();
         self.order[range]
             .chunks(self.batch_rows)
             .map(|slice| {
                 let indices: Vec<(usize, usize)> =
                     slice.iter().map(|&(_, b, r)| (b as usize, r as usize)).collect();
-                interleave_record_batch(&sources, &indices)
+                let columns = sources
+                    .iter()
+                    .zip(&self.values)
+                    .map(|(arrays, values)| {
+                        let gathered = interleave(arrays, &indices)?;
+                        match values {
+                            Some(values) => take(values, &gathered, None),
+                            None => Ok(gathered),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                RecordBatch::try_new(Arc::clone(&self.schema), columns)
             })
             .collect()
+    }
+
+    /// `batch` with its dictionary columns as plain values.
+    fn plain(&self, batch: &RecordBatch) -> Result<RecordBatch, ArrowError> {
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(&self.values)
+            .map(|(column, values)| match values {
+                Some(values) => take(values, column.as_dictionary::<UInt32Type>().keys(), None),
+                None => Ok(Arc::clone(column)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        RecordBatch::try_new(Arc::clone(&self.schema), columns)
     }
 
     /// Rows `range` of batches already in order: zero-copy slices of them.
@@ -89,6 +134,65 @@ impl Sorted {
     fn batches(&self) -> impl Iterator<Item = Result<RecordBatch, ArrowError>> + '_ {
         self.rows(0..self.len()).unwrap_or_default().into_iter().map(Ok)
     }
+}
+
+/// The values each dictionary column's keys point into: the last batch's, when every
+/// batch's values are the start of them (as one builder's batches are). A column whose
+/// batches do not share their values that way is made plain text in every batch.
+fn shared_values(
+    mut batches: Vec<RecordBatch>,
+) -> Result<(Vec<RecordBatch>, Vec<Option<ArrayRef>>), ArrowError> {
+    let Some(last) = batches.last().cloned() else { return Ok((batches, Vec::new())) };
+    let mut shared = Vec::with_capacity(last.num_columns());
+    for c in 0..last.num_columns() {
+        let DataType::Dictionary(_, value_type) = last.column(c).data_type() else {
+            shared.push(None);
+            continue;
+        };
+        let values = Arc::clone(last.column(c).as_dictionary::<UInt32Type>().values());
+        let starts_it = |b: &RecordBatch| {
+            let own = b.column(c).as_dictionary::<UInt32Type>().values();
+            own.len() <= values.len() && own.to_data() == values.slice(0, own.len()).to_data()
+        };
+        if batches.iter().all(starts_it) {
+            shared.push(Some(values));
+            continue;
+        }
+        let value_type = value_type.as_ref().clone();
+        for batch in &mut batches {
+            let mut columns = batch.columns().to_vec();
+            columns[c] = cast(&columns[c], &value_type)?;
+            let mut fields: Vec<Field> =
+                batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields[c] = fields[c].clone().with_data_type(value_type.clone());
+            *batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+        }
+        shared.push(None);
+    }
+    Ok((batches, shared))
+}
+
+/// What column `c` of `batch` is gathered from: a dictionary's keys, else the column.
+fn gathered_from<'a>(batch: &'a RecordBatch, c: usize, values: &Option<ArrayRef>) -> &'a dyn Array {
+    match values {
+        Some(_) => batch.column(c).as_dictionary::<UInt32Type>().keys(),
+        None => batch.column(c).as_ref(),
+    }
+}
+
+/// `schema` with each dictionary column as its values' type.
+fn plain_schema(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Dictionary(_, value_type) => {
+                f.as_ref().clone().with_data_type(value_type.as_ref().clone())
+            }
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 fn is_sorted(keys: &[&[i64]]) -> bool {
@@ -144,7 +248,8 @@ mod tests {
     #[test]
     fn rows_are_sorted_across_batches_and_ties_keep_the_database_order() {
         let input = vec![batch(&[5, 1, 3], &["a", "b", "c"]), batch(&[1, 5, 2], &["d", "e", "f"])];
-        let sorted: Vec<_> = Sorted::new(input, 1, 4).batches().map(Result::unwrap).collect();
+        let sorted: Vec<_> =
+            Sorted::new(input, 1, 4).unwrap().batches().map(Result::unwrap).collect();
         assert_eq!(sorted.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![4, 2]);
         assert_eq!(column(&sorted, 1), ["1", "1", "2", "3", "5", "5"]);
         assert_eq!(column(&sorted, 0), ["b", "d", "f", "c", "a", "e"]);
@@ -153,9 +258,10 @@ mod tests {
     #[test]
     fn sorted_input_is_returned_as_it_is() {
         let input = vec![batch(&[1, 2], &["a", "b"]), batch(&[2, 9], &["c", "d"])];
-        let same: Vec<_> = Sorted::new(input.clone(), 1, 2).batches().map(Result::unwrap).collect();
+        let same: Vec<_> =
+            Sorted::new(input.clone(), 1, 2).unwrap().batches().map(Result::unwrap).collect();
         assert_eq!(same, input);
-        assert_eq!(Sorted::new(Vec::new(), 1, 8).batches().count(), 0);
+        assert_eq!(Sorted::new(Vec::new(), 1, 8).unwrap().batches().count(), 0);
     }
 
     #[test]
@@ -163,7 +269,7 @@ mod tests {
         let sorted_input = vec![batch(&[1, 2, 3], &["a", "b", "c"]), batch(&[4, 5], &["d", "e"])];
         let shuffled = vec![batch(&[5, 1, 3], &["e", "a", "c"]), batch(&[4, 2], &["d", "b"])];
         for input in [sorted_input, shuffled] {
-            let sorted = Sorted::new(input, 1, 2);
+            let sorted = Sorted::new(input, 1, 2).unwrap();
             assert_eq!(sorted.len(), 5);
             for (lo, hi) in [(0, 5), (1, 4), (2, 3), (3, 5), (4, 4)] {
                 let rows = sorted.rows(lo..hi).unwrap();
@@ -171,6 +277,55 @@ mod tests {
                 let expected: Vec<String> = (lo + 1..hi + 1).map(|k| k.to_string()).collect();
                 assert_eq!(column(&rows, 1), expected, "{lo}..{hi}");
             }
+        }
+    }
+
+    /// Batches with `order_id` and a `status` held as a dictionary; `shared`: one builder
+    /// for all (every batch's values start the last one's), else one per batch.
+    fn dictionary_batches(rows: &[&[(i64, Option<&str>)]], shared: bool) -> Vec<RecordBatch> {
+        use datafusion::arrow::array::{Int64Array, StringDictionaryBuilder};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("order_id", DataType::Int64, false),
+            Field::new(
+                "status",
+                DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
+                true,
+            ),
+        ]));
+        let mut builder = StringDictionaryBuilder::<UInt32Type>::new();
+        rows.iter()
+            .map(|rows| {
+                if !shared {
+                    builder = StringDictionaryBuilder::new();
+                }
+                let keys = Int64Array::from_iter_values(rows.iter().map(|r| r.0));
+                rows.iter().for_each(|r| builder.append_option(r.1));
+                let status = builder.finish_preserve_values();
+                RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(keys), Arc::new(status)])
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dictionary_columns_come_out_as_plain_text_in_order() {
+        let rows: [&[(i64, Option<&str>)]; 2] =
+            [&[(3, Some("PAID")), (1, Some("NEW"))], &[(2, None), (0, Some("SHIPPED"))]];
+        let in_order: [&[(i64, Option<&str>)]; 2] =
+            [&[(0, Some("NEW")), (1, Some("PAID"))], &[(2, Some("NEW")), (3, None)]];
+        for shared in [true, false] {
+            let sorted = Sorted::new(dictionary_batches(&rows, shared), 0, 3).unwrap();
+            let out: Vec<_> = sorted.batches().map(Result::unwrap).collect();
+            assert_eq!(out[0].schema().field(1).data_type(), &DataType::Utf8, "{shared}");
+            assert_eq!(column(&out, 0), ["0", "1", "2", "3"]);
+            assert_eq!(column(&out, 1), ["SHIPPED", "NEW", "", "PAID"], "{shared}");
+            assert_eq!(out[1].column(1).null_count(), 0);
+            assert_eq!(out[0].column(1).null_count(), 1);
+
+            let already = Sorted::new(dictionary_batches(&in_order, shared), 0, 3).unwrap();
+            let out: Vec<_> = already.batches().map(Result::unwrap).collect();
+            assert_eq!(out[0].schema().field(1).data_type(), &DataType::Utf8, "{shared}");
+            assert_eq!(column(&out, 1), ["NEW", "PAID", "NEW", ""], "{shared}");
         }
     }
 }
