@@ -10,6 +10,8 @@
 //! * PostgreSQL reads with binary COPY, its parameters inlined: markers inside constants
 //!   and comments stay as they are, and an infinite timestamp is refused by name;
 //! * a NULL `order_id` is named by row in a source read as one chunk, counted in a chunked one;
+//! * a column of few values held as a dictionary while its chunk waits to be sorted
+//!   (consumer ids) still exports every value as read when it has a distinct one per row;
 //! * several connections reading several sources at once give the files of one connection,
 //!   byte for byte, and the first failing source in config order is the one reported.
 
@@ -241,6 +243,41 @@ async fn parameter_markers_inside_constants_and_comments_are_left_alone() {
             assert_eq!(chunked, what == "chunked", "{url}: {:?}", report.sources);
             assert_eq!(rows(&out).await, rows(&plain).await, "{url} {what}");
         }
+    }
+}
+
+#[tokio::test]
+async fn a_repeated_column_with_a_value_per_row_exports_every_value_as_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, url) in databases(tmp.path(), "er_it_speed_many").await.iter().enumerate() {
+        // Thousands of consumer ids, more than a chunk keeps as a dictionary, in batches of
+        // 100: the column turns plain part-way through a chunk.
+        let job =
+            job_text(
+                url,
+                "UTC",
+                "chunk_rows = 2500\nbatch_rows = 100",
+                None,
+                |name, q| match name {
+                    "fulfilment" => q.replacen(
+                        "consumer_id, decided_at",
+                        "msg_id AS consumer_id, decided_at",
+                        1,
+                    ),
+                    _ => q,
+                },
+            );
+        let out = tmp.path().join(format!("out-{i}"));
+        let report = run_export(&job, &out).await.unwrap();
+        let exported = rows(&out).await;
+        let (_, ledger) = exported.iter().find(|(k, _)| k.starts_with("Ledger")).unwrap();
+        assert_eq!(ledger.len() as u64, report.sources[0].rows, "{url}");
+        assert!(ledger.len() > 1500, "{url}: {} ledger rows", ledger.len());
+        for row in ledger {
+            let cells: Vec<&str> = row.split('|').collect();
+            assert_eq!(cells[9], cells[0], "{url}: consumer_id is not the msg_id read: {row}");
+        }
+        assert_sorted_by_order_id(&out).await;
     }
 }
 

@@ -4,9 +4,10 @@
 //! and Int32 range, so a batch it returns always has the contract's columns, types and
 //! nullability, but for one thing: the text columns of few distinct values
 //! ([`REPEATED_TEXT`]) are held as a dictionary, one `u32` key per row into the values
-//! the chunk has met so far. A chunk is held whole until it is sorted, and those columns
-//! were two fifths of its bytes; the sort turns them back into plain text
-//! ([`crate::db::export`]'s `sort`), so files hold the contract's types.
+//! the chunk has met so far (up to [`REPEATED_VALUES_MAX`] of them). A chunk is held whole
+//! until it is sorted, and those columns were two fifths of its bytes; the sort turns them
+//! back into plain text ([`crate::db::export`]'s `sort`), so files hold the contract's
+//! types.
 
 use std::sync::Arc;
 
@@ -47,6 +48,10 @@ const REPEATED_TEXT: [&str; 8] = [
     "effect",
 ];
 
+/// Distinct values a [`REPEATED_TEXT`] column of one chunk is held as a dictionary for;
+/// one with more (consumer ids that change every restart, say) turns plain text.
+const REPEATED_VALUES_MAX: usize = 1024;
+
 /// One column being built.
 enum ColumnBuilder {
     Text(StringBuilder),
@@ -60,7 +65,8 @@ enum ColumnBuilder {
 
 /// Rows of one table being collected into a batch.
 pub(super) struct BatchBuilder {
-    schema: SchemaRef,
+    /// The contract's columns (and `recon_key` when keyed), as the files hold them.
+    contract: SchemaRef,
     specs: Vec<ColumnSpec>,
     columns: Vec<ColumnBuilder>,
     rows: usize,
@@ -79,10 +85,8 @@ impl BatchBuilder {
         } else {
             table.schema()
         };
-        let columns: Vec<ColumnBuilder> =
-            specs.iter().map(|spec| new_column(spec, capacity)).collect();
-        let schema = held_schema(&schema, &columns);
-        BatchBuilder { schema, specs, columns, rows: 0, capacity }
+        let columns = specs.iter().map(|spec| new_column(spec, capacity)).collect();
+        BatchBuilder { contract: schema, specs, columns, rows: 0, capacity }
     }
 
     /// The columns, in order.
@@ -155,10 +159,12 @@ impl BatchBuilder {
 
     /// The rows collected so far as one batch; the builder starts over empty.
     pub(super) fn finish(&mut self) -> Result<RecordBatch, ValueError> {
+        // Before `take`, which may turn a repeated column plain for the next batches.
+        let schema = held_schema(&self.contract, &self.columns);
         let capacity = self.capacity;
         let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.take(capacity)).collect();
         self.rows = 0;
-        RecordBatch::try_new(Arc::clone(&self.schema), arrays)
+        RecordBatch::try_new(schema, arrays)
             .map_err(|e| ValueError::Internal(format!("building a batch: {e}")))
     }
 
@@ -186,8 +192,19 @@ impl ColumnBuilder {
             std::mem::replace(builder, next)
         }
         match self {
-            // Its values stay, so that a value has the same key in every batch.
-            ColumnBuilder::Repeated(b) => Arc::new(b.finish_preserve_values()),
+            // Its values stay, so that a value has the same key in every batch. Each batch
+            // holds a copy of them: past `REPEATED_VALUES_MAX` they would cost more than
+            // they save, and the column goes on as plain text.
+            ColumnBuilder::Repeated(b) => {
+                let array = b.finish_preserve_values();
+                if array.values().len() > REPEATED_VALUES_MAX {
+                    *self = ColumnBuilder::Text(text_builder(
+                        capacity,
+                        capacity * FIRST_TEXT_BYTES_PER_ROW,
+                    ));
+                }
+                Arc::new(array)
+            }
             ColumnBuilder::Text(b) => {
                 let bytes = b.values_slice().len();
                 Arc::new(fresh(b, text_builder(capacity, bytes)).finish())
@@ -232,7 +249,7 @@ fn text_builder(rows: usize, bytes: usize) -> StringBuilder {
     StringBuilder::with_capacity(rows, bytes + bytes / 8)
 }
 
-/// `schema` with each [`REPEATED_TEXT`] column as the dictionary it is held as.
+/// `schema` with each column held as a dictionary ([`ColumnBuilder::Repeated`]) as one.
 fn held_schema(schema: &Schema, columns: &[ColumnBuilder]) -> SchemaRef {
     let fields: Vec<Field> = schema
         .fields()
@@ -289,10 +306,10 @@ mod tests {
         receipt(&mut b, "r3", "WMS_LOCK", Some("m3"), "REVERSED");
         let second = b.finish().unwrap();
 
-        let effects = |batch: &RecordBatch| {
+        fn effects(batch: &RecordBatch) -> (Vec<u32>, Vec<Option<&str>>) {
             let dict = batch.column(2).as_dictionary::<UInt32Type>();
             (dict.keys().values().to_vec(), strings(dict.values().as_ref()))
-        };
+        }
         assert_eq!(effects(&first), (vec![0, 1], vec![Some("POINTS"), Some("WMS_LOCK")]));
         assert_eq!(effects(&second), (vec![1], vec![Some("POINTS"), Some("WMS_LOCK")]));
         let statuses = second.column(4).as_dictionary::<UInt32Type>();
@@ -320,5 +337,23 @@ mod tests {
                 assert!(capacity * 4 <= bytes * 5, "{capacity} bytes held for {bytes}");
             }
         }
+    }
+
+    #[test]
+    fn a_repeated_column_of_too_many_values_goes_on_as_plain_text() {
+        let mut b = BatchBuilder::new(Table::Receipts, false, 4);
+        let statuses: Vec<String> = (0..=REPEATED_VALUES_MAX).map(|i| format!("S{i}")).collect();
+        for status in &statuses {
+            receipt(&mut b, "r", "POINTS", None, status);
+        }
+        let many = b.finish().unwrap();
+        receipt(&mut b, "r", "POINTS", None, "S0");
+        let after = b.finish().unwrap();
+        let dictionary = DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8));
+        assert_eq!(many.schema().field(4).data_type(), &dictionary);
+        assert_eq!(after.schema().field(4).data_type(), &DataType::Utf8);
+        assert_eq!(strings(after.column(4).as_ref()), [Some("S0")]);
+        // The effect met one value: it stays a dictionary.
+        assert_eq!(after.schema().field(2).data_type(), &dictionary);
     }
 }

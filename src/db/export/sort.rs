@@ -137,35 +137,39 @@ impl Sorted {
 }
 
 /// The values each dictionary column's keys point into: the last batch's, when every
-/// batch's values are the start of them (as one builder's batches are). A column whose
-/// batches do not share their values that way is made plain text in every batch.
+/// batch holds the column as a `u32`-keyed dictionary whose values are the start of them
+/// (as one builder's batches are). Otherwise (a column that turned plain part-way, say)
+/// the column is made plain text in every batch.
 fn shared_values(
     mut batches: Vec<RecordBatch>,
 ) -> Result<(Vec<RecordBatch>, Vec<Option<ArrayRef>>), ArrowError> {
     let Some(last) = batches.last().cloned() else { return Ok((batches, Vec::new())) };
     let mut shared = Vec::with_capacity(last.num_columns());
     for c in 0..last.num_columns() {
-        let DataType::Dictionary(_, value_type) = last.column(c).data_type() else {
-            shared.push(None);
-            continue;
-        };
-        let values = Arc::clone(last.column(c).as_dictionary::<UInt32Type>().values());
-        let starts_it = |b: &RecordBatch| {
-            let own = b.column(c).as_dictionary::<UInt32Type>().values();
-            own.len() <= values.len() && own.to_data() == values.slice(0, own.len()).to_data()
-        };
-        if batches.iter().all(starts_it) {
-            shared.push(Some(values));
+        let values = last.column(c).as_dictionary_opt::<UInt32Type>().map(|d| d.values());
+        let starts_values =
+            |b: &RecordBatch| match (b.column(c).as_dictionary_opt::<UInt32Type>(), values) {
+                (Some(own), Some(values)) => {
+                    let own = own.values();
+                    own.len() <= values.len()
+                        && own.to_data() == values.slice(0, own.len()).to_data()
+                }
+                _ => false,
+            };
+        if values.is_some() && batches.iter().all(starts_values) {
+            shared.push(values.cloned());
             continue;
         }
-        let value_type = value_type.as_ref().clone();
         for batch in &mut batches {
-            let mut columns = batch.columns().to_vec();
-            columns[c] = cast(&columns[c], &value_type)?;
-            let mut fields: Vec<Field> =
-                batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-            fields[c] = fields[c].clone().with_data_type(value_type.clone());
-            *batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+            if let DataType::Dictionary(_, value_type) = batch.column(c).data_type() {
+                let value_type = value_type.as_ref().clone();
+                let mut columns = batch.columns().to_vec();
+                columns[c] = cast(&columns[c], &value_type)?;
+                let mut fields: Vec<Field> =
+                    batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+                fields[c] = fields[c].clone().with_data_type(value_type);
+                *batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+            }
         }
         shared.push(None);
     }
@@ -327,5 +331,24 @@ mod tests {
             assert_eq!(out[0].schema().field(1).data_type(), &DataType::Utf8, "{shared}");
             assert_eq!(column(&out, 1), ["NEW", "PAID", "NEW", ""], "{shared}");
         }
+    }
+
+    #[test]
+    fn a_column_that_turned_plain_part_way_comes_out_as_plain_text() {
+        use datafusion::arrow::array::{Int64Array, StringArray};
+        let mut batches = dictionary_batches(&[&[(2, Some("PAID")), (0, None)]], true);
+        let schema = Schema::new(vec![
+            Field::new("order_id", DataType::Int64, false),
+            Field::new("status", DataType::Utf8, true),
+        ]);
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![1, 3])),
+            Arc::new(StringArray::from(vec![Some("DONE"), Some("PAID")])),
+        ];
+        batches.push(RecordBatch::try_new(Arc::new(schema), columns).unwrap());
+        let out: Vec<_> =
+            Sorted::new(batches, 0, 8).unwrap().batches().map(Result::unwrap).collect();
+        assert_eq!(out[0].schema().field(1).data_type(), &DataType::Utf8);
+        assert_eq!(column(&out, 1), ["", "DONE", "PAID", "PAID"]);
     }
 }
