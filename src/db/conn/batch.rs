@@ -15,7 +15,7 @@ use datafusion::arrow::array::{
     ArrayRef, Int32Builder, Int64Builder, StringBuilder, StringDictionaryBuilder,
     TimestampMicrosecondBuilder,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
+use datafusion::arrow::datatypes::{Field, Schema, SchemaRef, UInt32Type};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::snapshot::{ColumnKind, ColumnSpec, Table, KEY_SPEC, UTC};
@@ -159,12 +159,10 @@ impl BatchBuilder {
 
     /// The rows collected so far as one batch; the builder starts over empty.
     pub(super) fn finish(&mut self) -> Result<RecordBatch, ValueError> {
-        // Before `take`, which may turn a repeated column plain for the next batches.
-        let schema = held_schema(&self.contract, &self.columns);
         let capacity = self.capacity;
         let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(|c| c.take(capacity)).collect();
         self.rows = 0;
-        RecordBatch::try_new(schema, arrays)
+        RecordBatch::try_new(held_schema(&self.contract, &arrays), arrays)
             .map_err(|e| ValueError::Internal(format!("building a batch: {e}")))
     }
 
@@ -188,9 +186,7 @@ impl ColumnBuilder {
     /// carry up to twice the bytes of their values. So each column starts over sized like
     /// the batch before.
     fn take(&mut self, capacity: usize) -> ArrayRef {
-        fn fresh<B>(builder: &mut B, next: B) -> B {
-            std::mem::replace(builder, next)
-        }
+        use std::mem::replace;
         match self {
             // Its values stay, so that a value has the same key in every batch. Each batch
             // holds a copy of them: past `REPEATED_VALUES_MAX` they would cost more than
@@ -198,25 +194,22 @@ impl ColumnBuilder {
             ColumnBuilder::Repeated(b) => {
                 let array = b.finish_preserve_values();
                 if array.values().len() > REPEATED_VALUES_MAX {
-                    *self = ColumnBuilder::Text(text_builder(
-                        capacity,
-                        capacity * FIRST_TEXT_BYTES_PER_ROW,
-                    ));
+                    *self = ColumnBuilder::Text(first_text_builder(capacity));
                 }
                 Arc::new(array)
             }
             ColumnBuilder::Text(b) => {
                 let bytes = b.values_slice().len();
-                Arc::new(fresh(b, text_builder(capacity, bytes)).finish())
+                Arc::new(replace(b, text_builder(capacity, bytes)).finish())
             }
             ColumnBuilder::Int64(b) => {
-                Arc::new(fresh(b, Int64Builder::with_capacity(capacity)).finish())
+                Arc::new(replace(b, Int64Builder::with_capacity(capacity)).finish())
             }
             ColumnBuilder::Int32(b) => {
-                Arc::new(fresh(b, Int32Builder::with_capacity(capacity)).finish())
+                Arc::new(replace(b, Int32Builder::with_capacity(capacity)).finish())
             }
             ColumnBuilder::Timestamp(b) => Arc::new(
-                fresh(b, TimestampMicrosecondBuilder::with_capacity(capacity))
+                replace(b, TimestampMicrosecondBuilder::with_capacity(capacity))
                     .finish()
                     .with_timezone(UTC),
             ),
@@ -232,9 +225,7 @@ fn new_column(spec: &ColumnSpec, capacity: usize) -> ColumnBuilder {
         ColumnKind::Text if REPEATED_TEXT.contains(&spec.name) => {
             ColumnBuilder::Repeated(StringDictionaryBuilder::with_capacity(capacity, 64, 1024))
         }
-        ColumnKind::Text => {
-            ColumnBuilder::Text(text_builder(capacity, capacity * FIRST_TEXT_BYTES_PER_ROW))
-        }
+        ColumnKind::Text => ColumnBuilder::Text(first_text_builder(capacity)),
         ColumnKind::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(capacity)),
         ColumnKind::Int32 => ColumnBuilder::Int32(Int32Builder::with_capacity(capacity)),
         ColumnKind::Timestamp => {
@@ -243,31 +234,33 @@ fn new_column(spec: &ColumnSpec, capacity: usize) -> ColumnBuilder {
     }
 }
 
+/// A text builder for the first batch of `rows` rows, before any tells how long its values are.
+fn first_text_builder(rows: usize) -> StringBuilder {
+    text_builder(rows, rows * FIRST_TEXT_BYTES_PER_ROW)
+}
+
 /// A text builder for `rows` rows and about `bytes` bytes: an eighth more, as the next
 /// batch of a source is rarely larger by more.
 fn text_builder(rows: usize, bytes: usize) -> StringBuilder {
     StringBuilder::with_capacity(rows, bytes + bytes / 8)
 }
 
-/// `schema` with each column held as a dictionary ([`ColumnBuilder::Repeated`]) as one.
-fn held_schema(schema: &Schema, columns: &[ColumnBuilder]) -> SchemaRef {
-    let fields: Vec<Field> = schema
+/// `contract` with each column typed as its array is held: a repeated column as a
+/// dictionary (until it turns plain).
+fn held_schema(contract: &Schema, arrays: &[ArrayRef]) -> SchemaRef {
+    let fields: Vec<Field> = contract
         .fields()
         .iter()
-        .zip(columns)
-        .map(|(field, column)| match column {
-            ColumnBuilder::Repeated(_) => field.as_ref().clone().with_data_type(
-                DataType::Dictionary(Box::new(DataType::UInt32), Box::new(DataType::Utf8)),
-            ),
-            _ => field.as_ref().clone(),
-        })
+        .zip(arrays)
+        .map(|(field, array)| field.as_ref().clone().with_data_type(array.data_type().clone()))
         .collect();
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+    Arc::new(Schema::new_with_metadata(fields, contract.metadata().clone()))
 }
 
 #[cfg(test)]
 mod tests {
     use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::DataType;
 
     use super::*;
 
