@@ -3,10 +3,9 @@
 -- and the evidence row: among the rows giving that outcome, the earliest decided_at,
 -- ties broken by the smallest msg_id. reorder_suspected: another ledger row of the same
 -- order, topic and partition has a larger offset but was decided earlier.
--- msg_id is copied out of the scanned pages (Utf8, not a view into them): the window's sort
--- holds every kept row, and each would otherwise hold its batch's pages.
+-- Both read candidate_ledger.sql: every ledger row up to the cut of a candidate's order.
 WITH trigger_rows AS (
-    SELECT arrow_cast(l.msg_id, 'Utf8') AS msg_id, l.order_id, l.event_type, l.action, l.observed_status, l.topic,
+    SELECT l.msg_id, l.order_id, l.event_type, l.action, l.observed_status, l.topic,
            l.kafka_partition, l.kafka_offset, l.consumer_id, l.decided_at,
            CASE l.action
                WHEN 'DONE' THEN 1
@@ -14,9 +13,8 @@ WITH trigger_rows AS (
                WHEN 'REVOKED' THEN 2
                WHEN 'PENDING_REVIEW' THEN 3
            END AS outcome_rank
-    FROM ledger l
-    WHERE l.decided_at <= $cut
-      AND l.action IN ('DONE', 'SKIPPED', 'REVOKED', 'PENDING_REVIEW')
+    FROM candidate_ledger l
+    WHERE l.action IN ('DONE', 'SKIPPED', 'REVOKED', 'PENDING_REVIEW')
       AND EXISTS (SELECT 1 FROM candidates c WHERE c.order_id = l.order_id AND c.trigger_event = l.event_type)
 ),
 evidence AS (
@@ -36,8 +34,7 @@ SELECT e.order_id, e.event_type,
        e.kafka_offset, e.consumer_id, e.decided_at,
        coalesce(bool_or(o.kafka_offset > e.kafka_offset AND o.decided_at < e.decided_at), false) AS reorder_suspected
 FROM evidence e
-LEFT JOIN ledger o
+LEFT JOIN candidate_ledger o
   ON o.order_id = e.order_id AND o.topic = e.topic AND o.kafka_partition = e.kafka_partition
- AND o.decided_at <= $cut
 GROUP BY e.order_id, e.event_type, e.outcome_rank, e.msg_id, e.action, e.observed_status, e.topic,
          e.kafka_partition, e.kafka_offset, e.consumer_id, e.decided_at

@@ -47,6 +47,8 @@ pub const RECEIPTS_IN_PLAY: Query = query!("receipts_in_play");
 pub const RECEIPT_POSITIONS: Query = query!("receipt_positions");
 /// Findings of the window before evidence.
 pub const CANDIDATES: Query = query!("candidates");
+/// Every ledger row up to the cut of a candidate's order (one ledger pass for the evidence).
+pub const CANDIDATE_LEDGER: Query = query!("candidate_ledger");
 /// Trigger outcome and evidence row per (order, event type) of a candidate.
 pub const TRIGGER_EVIDENCE: Query = query!("trigger_evidence");
 /// Every candidate classified, with finding_id and evidence, before the lifecycle.
@@ -83,7 +85,7 @@ pub const ADVISE_SKIP_VERDICTS: Query = query!("advise_skip_verdicts");
 pub const ADVISE_WRONG_SKIP_GAPS: Query = query!("advise_wrong_skip_gaps");
 
 /// Every query of a run in dependency order: each may read the ones before it.
-pub const PIPELINE: [Query; 15] = [
+pub const PIPELINE: [Query; 16] = [
     RULE_STATUSES,
     PREVIOUS_OPEN,
     WATCHED,
@@ -92,6 +94,7 @@ pub const PIPELINE: [Query; 15] = [
     RECEIPTS_IN_PLAY,
     RECEIPT_POSITIONS,
     CANDIDATES,
+    CANDIDATE_LEDGER,
     TRIGGER_EVIDENCE,
     FINDINGS,
     REJUDGED,

@@ -8,6 +8,7 @@ use std::time::Instant;
 use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::collect;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
@@ -61,9 +62,15 @@ pub async fn reconcile(
     materialise(ctx, queries::RECEIPTS_IN_PLAY, &params, explain, &mut plans).await?;
     materialise(ctx, queries::RECEIPT_POSITIONS, &params, explain, &mut plans).await?;
     materialise(ctx, queries::CANDIDATES, &params, explain, &mut plans).await?;
-    // Registered only now, so that it reads the materialised candidates.
+    materialise(ctx, queries::CANDIDATE_LEDGER, &params, explain, &mut plans).await?;
+    // Registered only now, so that it reads the materialised candidates and their rows.
     queries::register_view(ctx, queries::TRIGGER_EVIDENCE, &params).await?;
     materialise(ctx, queries::FINDINGS, &params, explain, &mut plans).await?;
+    // The candidates' ledger rows are read by the findings alone: their memory goes now.
+    for read_once in [queries::TRIGGER_EVIDENCE, queries::CANDIDATE_LEDGER] {
+        ctx.deregister_table(read_once.name)
+            .map_err(|e| Error::query(format!("dropping {}", read_once.name), e))?;
+    }
     materialise(ctx, queries::REJUDGED, &params, explain, &mut plans).await?;
     let mut outputs = outputs(ctx, &params, explain, plans).await?;
     outputs.judged = judged;
@@ -130,29 +137,51 @@ fn one_partition(ctx: &SessionContext) -> SessionContext {
     SessionContext::new_with_state(state)
 }
 
-/// The output tables, from the materialised findings and re-judged open findings.
+/// The output tables, from the materialised findings and re-judged open findings. The
+/// three independent queries run at once (compensation_tasks after the discrepancies it
+/// reads): each is small and spends much of its time between operators, so alone they
+/// leave the cores idle. Under a memory limit they run one at a time, so that their peaks
+/// do not add up. Plans are listed in the order the queries are written.
 async fn outputs(
     ctx: &SessionContext,
     params: &[Param],
     explain: bool,
     mut plans: Vec<(String, String)>,
 ) -> Result<Outputs> {
-    let discrepancies = OutputTable::Discrepancies
-        .conform(&execute(ctx, queries::DISCREPANCIES, params, explain, &mut plans).await?.1)?;
-    staging::register_batches(
-        ctx,
-        OutputTable::Discrepancies.name(),
-        discrepancies.schema(),
-        vec![discrepancies.clone()],
-    )
-    .await?;
-    let compensation_tasks = OutputTable::CompensationTasks.conform(
-        &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut plans).await?.1,
-    )?;
-    let skip_verdicts = OutputTable::SkipVerdicts
-        .conform(&execute(ctx, queries::SKIP_VERDICTS, params, explain, &mut plans).await?.1)?;
-    let resolved = OutputTable::Resolved
-        .conform(&execute(ctx, queries::RESOLVED, params, explain, &mut plans).await?.1)?;
+    let (mut finding_plans, mut skip_plans, mut resolved_plans) = (Vec::new(), Vec::new(), Vec::new());
+    let findings = async {
+        let discrepancies = OutputTable::Discrepancies.conform(
+            &execute(ctx, queries::DISCREPANCIES, params, explain, &mut finding_plans).await?.1,
+        )?;
+        staging::register_batches(
+            ctx,
+            OutputTable::Discrepancies.name(),
+            discrepancies.schema(),
+            vec![discrepancies.clone()],
+        )
+        .await?;
+        let compensation_tasks = OutputTable::CompensationTasks.conform(
+            &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut finding_plans)
+                .await?
+                .1,
+        )?;
+        Ok::<_, Error>((discrepancies, compensation_tasks))
+    };
+    let skip_verdicts = async {
+        OutputTable::SkipVerdicts.conform(
+            &execute(ctx, queries::SKIP_VERDICTS, params, explain, &mut skip_plans).await?.1,
+        )
+    };
+    let resolved = async {
+        OutputTable::Resolved
+            .conform(&execute(ctx, queries::RESOLVED, params, explain, &mut resolved_plans).await?.1)
+    };
+    let ((discrepancies, compensation_tasks), skip_verdicts, resolved) =
+        match ctx.runtime_env().memory_pool.memory_limit() {
+            MemoryLimit::Infinite => futures::try_join!(findings, skip_verdicts, resolved)?,
+            _ => (findings.await?, skip_verdicts.await?, resolved.await?),
+        };
+    plans.extend(finding_plans.into_iter().chain(skip_plans).chain(resolved_plans));
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, judged: None, plans })
 }
 

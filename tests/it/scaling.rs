@@ -12,6 +12,7 @@ use effect_recon::datafusion::arrow::record_batch::RecordBatch;
 use effect_recon::datafusion::datasource::MemTable;
 use effect_recon::datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use effect_recon::datafusion::prelude::SessionContext;
+use effect_recon::engine::queries;
 use effect_recon::engine::session::{self, SessionOptions};
 use effect_recon::recon::{reconcile, Bounds, Outputs, Window};
 use effect_recon::snapshot::{Snapshot, SnapshotWriter, Table};
@@ -181,16 +182,34 @@ fn passes_only_when_memory_requires_them() {
 /// Receipt ids too long to sit inline in a string view (over 12 bytes), as a large day's
 /// are: a view of one points into the decoded page.
 fn long_receipt_ids(table: Table, batch: RecordBatch) -> RecordBatch {
-    if table != Table::Receipts {
+    lengthened(table, batch, Table::Receipts, "receipt_id")
+}
+
+fn long_msg_ids(table: Table, batch: RecordBatch) -> RecordBatch {
+    lengthened(table, batch, Table::Ledger, "msg_id")
+}
+
+/// `batch` with each id of `column` made longer than a string view holds inline, when it
+/// is a batch of `of`.
+fn lengthened(table: Table, batch: RecordBatch, of: Table, column: &str) -> RecordBatch {
+    if table != of {
         return batch;
     }
-    let index = batch.schema().index_of("receipt_id").unwrap();
+    let index = batch.schema().index_of(column).unwrap();
     let ids = batch.column(index).as_any().downcast_ref::<StringArray>().unwrap();
     let long: StringArray =
-        ids.iter().map(|id| id.map(|id| format!("receipt-of-a-large-day-{id}"))).collect();
+        ids.iter().map(|id| id.map(|id| format!("{column}-of-a-large-day-{id}"))).collect();
     let mut columns = batch.columns().to_vec();
     columns[index] = Arc::new(long);
     RecordBatch::try_new(batch.schema(), columns).unwrap()
+}
+
+/// Rows of `batches`, and the bytes per row their column `name` takes.
+fn bytes_per_row(batches: &[RecordBatch], name: &str) -> (usize, usize) {
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let bytes: usize =
+        batches.iter().map(|b| b.column_by_name(name).unwrap().get_array_memory_size()).sum();
+    (rows, bytes / rows.max(1))
 }
 
 /// receipts_in_play is kept to the end of the run: its few rows of each scanned batch must
@@ -205,20 +224,44 @@ async fn materialised_receipts_hold_their_rows_not_the_scanned_pages() {
     reconcile_in(&ctx, &snapshot, u64::MAX, false).await;
     let provider = ctx.table_provider("receipts_in_play").await.unwrap();
     let table = provider.downcast_ref::<MemTable>().expect("materialised in memory");
+    let mut batches = Vec::new();
+    for partition in &table.batches {
+        batches.extend(partition.read().await.iter().cloned());
+    }
     // Only the ids: the other columns carry the capacity of a whole output batch, which
     // costs per batch, not per page read.
-    let (mut rows, mut id_bytes) = (0, 0);
-    for partition in &table.batches {
-        for batch in partition.read().await.iter() {
-            rows += batch.num_rows();
-            id_bytes += batch.column_by_name("receipt_id").unwrap().get_array_memory_size();
-        }
-    }
+    let (rows, per_row) = bytes_per_row(&batches, "receipt_id");
     assert!(rows >= 100, "the day has duplicated and unreversed receipts: {rows} rows");
     assert!(
-        id_bytes / rows <= 256,
-        "receipts_in_play's receipt ids take {id_bytes} bytes for {rows} rows ({} per row): \
-         they are string views into what was scanned, not copies",
-        id_bytes / rows
+        per_row <= 256,
+        "receipts_in_play's receipt ids take {per_row} bytes per row ({rows} rows): \
+         they are string views into what was scanned, not copies"
+    );
+}
+
+/// candidate_ledger (every ledger row of a candidate's order, read once for the evidence)
+/// is held from its scan until the findings are built: its msg_ids must be copies, not
+/// views that keep every scanned page, and the table must go once the findings are built.
+#[tokio::test]
+async fn candidate_ledger_holds_its_rows_not_the_scanned_pages_and_goes_after_the_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = rewritten_day(dir.path(), 30_000, ROW_GROUP_ROWS, long_msg_ids).await;
+    let snapshot = Snapshot::open(&snapshot).await.unwrap();
+    let ctx = session::build(&SessionOptions::default()).unwrap();
+    reconcile_in(&ctx, &snapshot, u64::MAX, false).await;
+    assert!(
+        !ctx.table_exist(queries::CANDIDATE_LEDGER.name).unwrap(),
+        "candidate_ledger is still registered after the run: its rows stay in memory"
+    );
+    // The same rows again, over the candidates the run left registered.
+    let window = Window::resolve(snapshot.cut(), None, None).unwrap();
+    let params = Bounds::standalone(window, "scaling").params();
+    let batches = queries::collect(&ctx, queries::CANDIDATE_LEDGER, &params).await.unwrap();
+    let (rows, per_row) = bytes_per_row(&batches, "msg_id");
+    assert!(rows >= 100, "the day has findings with ledger rows: {rows} rows");
+    assert!(
+        per_row <= 256,
+        "candidate_ledger's msg_ids take {per_row} bytes per row ({rows} rows): \
+         they are string views into what was scanned, not copies"
     );
 }
