@@ -148,8 +148,9 @@ async fn outputs(
     explain: bool,
     mut plans: Vec<(String, String)>,
 ) -> Result<Outputs> {
-    let (mut finding_plans, mut skip_plans, mut resolved_plans) = (Vec::new(), Vec::new(), Vec::new());
-    let findings = async {
+    let (mut finding_plans, mut skip_plans, mut resolved_plans) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let discrepancies_and_tasks = async {
         let discrepancies = OutputTable::Discrepancies.conform(
             &execute(ctx, queries::DISCREPANCIES, params, explain, &mut finding_plans).await?.1,
         )?;
@@ -173,13 +174,16 @@ async fn outputs(
         )
     };
     let resolved = async {
-        OutputTable::Resolved
-            .conform(&execute(ctx, queries::RESOLVED, params, explain, &mut resolved_plans).await?.1)
+        OutputTable::Resolved.conform(
+            &execute(ctx, queries::RESOLVED, params, explain, &mut resolved_plans).await?.1,
+        )
     };
     let ((discrepancies, compensation_tasks), skip_verdicts, resolved) =
         match ctx.runtime_env().memory_pool.memory_limit() {
-            MemoryLimit::Infinite => futures::try_join!(findings, skip_verdicts, resolved)?,
-            _ => (findings.await?, skip_verdicts.await?, resolved.await?),
+            MemoryLimit::Infinite => {
+                futures::try_join!(discrepancies_and_tasks, skip_verdicts, resolved)?
+            }
+            _ => (discrepancies_and_tasks.await?, skip_verdicts.await?, resolved.await?),
         };
     plans.extend(finding_plans.into_iter().chain(skip_plans).chain(resolved_plans));
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, judged: None, plans })
