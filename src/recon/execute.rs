@@ -148,11 +148,11 @@ async fn outputs(
     explain: bool,
     mut plans: Vec<(String, String)>,
 ) -> Result<Outputs> {
-    let (mut finding_plans, mut skip_plans, mut resolved_plans) =
+    let (mut discrepancy_plans, mut skip_plans, mut resolved_plans) =
         (Vec::new(), Vec::new(), Vec::new());
     let discrepancies_and_tasks = async {
         let discrepancies = OutputTable::Discrepancies.conform(
-            &execute(ctx, queries::DISCREPANCIES, params, explain, &mut finding_plans).await?.1,
+            &execute(ctx, queries::DISCREPANCIES, params, explain, &mut discrepancy_plans).await?.1,
         )?;
         staging::register_batches(
             ctx,
@@ -162,7 +162,7 @@ async fn outputs(
         )
         .await?;
         let compensation_tasks = OutputTable::CompensationTasks.conform(
-            &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut finding_plans)
+            &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut discrepancy_plans)
                 .await?
                 .1,
         )?;
@@ -185,7 +185,7 @@ async fn outputs(
             }
             _ => (discrepancies_and_tasks.await?, skip_verdicts.await?, resolved.await?),
         };
-    plans.extend(finding_plans.into_iter().chain(skip_plans).chain(resolved_plans));
+    plans.extend(discrepancy_plans.into_iter().chain(skip_plans).chain(resolved_plans));
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, judged: None, plans })
 }
 

@@ -129,7 +129,7 @@ impl BatchBuilder {
             ColumnBuilder::Text(b) => b.append_option(value),
             ColumnBuilder::Repeated(b) => match value {
                 Some(v) => {
-                    b.append(v).map_err(|e| internal(&format!("{e}")))?;
+                    b.append(v).map_err(|e| internal(&e.to_string()))?;
                 }
                 None => b.append_null(),
             },

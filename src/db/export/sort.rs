@@ -72,7 +72,9 @@ impl Sorted {
             return self.slices(range).iter().map(|b| self.plain(b)).collect();
         }
         let sources: Vec<Vec<&dyn Array>> = (0..self.values.len())
-            .map(|c| self.batches.iter().map(|b| gathered_from(b, c, &self.values[c])).collect())
+            .map(|c| {
+                self.batches.iter().map(|b| gathered_from(b, c, self.values[c].as_ref())).collect()
+            })
             .collect();
         self.order[range]
             .chunks(self.batch_rows)
@@ -161,23 +163,32 @@ fn shared_values(
             continue;
         }
         for batch in &mut batches {
-            if let DataType::Dictionary(_, value_type) = batch.column(c).data_type() {
-                let value_type = value_type.as_ref().clone();
-                let mut columns = batch.columns().to_vec();
-                columns[c] = cast(&columns[c], &value_type)?;
-                let mut fields: Vec<Field> =
-                    batch.schema().fields().iter().map(|f| f.as_ref().clone()).collect();
-                fields[c] = fields[c].clone().with_data_type(value_type);
-                *batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
-            }
+            *batch = with_plain_column(batch, c)?;
         }
         shared.push(None);
     }
     Ok((batches, shared))
 }
 
+/// `batch` with column `c` as plain values when it is a dictionary.
+fn with_plain_column(batch: &RecordBatch, c: usize) -> Result<RecordBatch, ArrowError> {
+    let schema = batch.schema();
+    let field = plain_field(schema.field(c));
+    if field.data_type() == schema.field(c).data_type() {
+        return Ok(batch.clone());
+    }
+    let mut columns = batch.columns().to_vec();
+    columns[c] = cast(&columns[c], field.data_type())?;
+    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[c] = field;
+    RecordBatch::try_new(
+        Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone())),
+        columns,
+    )
+}
+
 /// What column `c` of `batch` is gathered from: a dictionary's keys, else the column.
-fn gathered_from<'a>(batch: &'a RecordBatch, c: usize, values: &Option<ArrayRef>) -> &'a dyn Array {
+fn gathered_from<'a>(batch: &'a RecordBatch, c: usize, values: Option<&ArrayRef>) -> &'a dyn Array {
     match values {
         Some(_) => batch.column(c).as_dictionary::<UInt32Type>().keys(),
         None => batch.column(c).as_ref(),
@@ -186,17 +197,18 @@ fn gathered_from<'a>(batch: &'a RecordBatch, c: usize, values: &Option<ArrayRef>
 
 /// `schema` with each dictionary column as its values' type.
 fn plain_schema(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Dictionary(_, value_type) => {
-                f.as_ref().clone().with_data_type(value_type.as_ref().clone())
-            }
-            _ => f.as_ref().clone(),
-        })
-        .collect();
+    let fields: Vec<Field> = schema.fields().iter().map(|f| plain_field(f)).collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `field` typed as its values when it is a dictionary.
+fn plain_field(field: &Field) -> Field {
+    match field.data_type() {
+        DataType::Dictionary(_, value_type) => {
+            field.clone().with_data_type(value_type.as_ref().clone())
+        }
+        _ => field.clone(),
+    }
 }
 
 fn is_sorted(keys: &[&[i64]]) -> bool {
