@@ -1,6 +1,7 @@
 -- effect_state: what was owed and what happened, per (rule_id, order_id) up to the cut:
 --   due_at   : earliest change to the rule's due status (NULL: never due);
---   voided   : the order reached one of the rule's void statuses, whenever;
+--   voided   : the order reached one of the rule's void statuses, whenever: void_at is
+--              set (every change kept passed `changed_at <= $cut`, so it has a time);
 --   void_at  : the earliest such change (DESIGN §10.1: when an effect must be undone);
 --   ok_count : SUCCEEDED receipts of the effect (FAILED and REVERSED do not count,
 --              effects no rule names are ignored); first_at: the earliest of them;
@@ -16,7 +17,7 @@
 SELECT rule_id,
        order_id,
        min(due_at) AS due_at,
-       bool_or(is_void) AS voided,
+       min(void_at) IS NOT NULL AS voided,
        min(void_at) AS void_at,
        sum(ok) AS ok_count,
        min(receipt_at) AS first_at,
@@ -25,7 +26,6 @@ SELECT rule_id,
 FROM (
     SELECT s.rule_id, h.order_id,
            CASE WHEN s.is_due THEN h.changed_at END AS due_at,
-           s.is_void,
            CASE WHEN s.is_void THEN h.changed_at END AS void_at,
            0 AS ok,
            NULL AS receipt_at,
@@ -37,7 +37,6 @@ FROM (
     UNION ALL
     SELECT u.rule_id, r.order_id,
            NULL AS due_at,
-           false AS is_void,
            NULL AS void_at,
            CASE WHEN r.status = 'SUCCEEDED' THEN 1 ELSE 0 END AS ok,
            CASE WHEN r.status = 'SUCCEEDED' THEN r.created_at END AS receipt_at,
@@ -49,7 +48,6 @@ FROM (
     UNION ALL
     SELECT u.rule_id, l.order_id,
            NULL AS due_at,
-           false AS is_void,
            NULL AS void_at,
            0 AS ok,
            NULL AS receipt_at,
@@ -62,7 +60,6 @@ FROM (
     UNION ALL
     SELECT w.rule_id, w.order_id,
            NULL AS due_at,
-           false AS is_void,
            NULL AS void_at,
            0 AS ok,
            NULL AS receipt_at,

@@ -30,6 +30,14 @@ WITH judged AS (
            END AS grace_ends
     FROM effect_state s
     JOIN rules r ON r.rule_id = s.rule_id
+    -- Only states that can have a kind, or are watched, meet the rules: most are due with
+    -- one receipt and none. Implied by the kinds below (UNREVERSED without its rule's
+    -- reverse_on_void), so it changes no row; it keeps the join from probing them all.
+    WHERE s.watched
+       OR (s.due_at IS NULL AND s.ok_count >= 1)
+       OR (s.due_at IS NOT NULL AND (s.ok_count >= 2
+                                     OR (s.voided AND s.ok_count >= 1)
+                                     OR (NOT s.voided AND s.ok_count = 0)))
 )
 SELECT effect, order_id, kind, trigger_event, priority, ok_count AS receipt_count,
        receipt_rows, due_at, voided, grace_ends, first_at
