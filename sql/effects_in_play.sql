@@ -30,9 +30,9 @@ WITH judged AS (
            END AS grace_ends
     FROM effect_state s
     JOIN rules r ON r.rule_id = s.rule_id
-    -- Only states that can have a kind, or are watched, meet the rules: most are due with
-    -- one receipt and none. Implied by the kinds below (UNREVERSED without its rule's
-    -- reverse_on_void), so it changes no row; it keeps the join from probing them all.
+    -- Only states that can have a kind, or are watched, go into the join with rules: most
+    -- (due, one SUCCEEDED receipt, not voided) have none. The filter is what the kinds
+    -- above require, reverse_on_void left out, so it drops no row this query keeps.
     WHERE s.watched
        OR (s.due_at IS NULL AND s.ok_count >= 1)
        OR (s.due_at IS NOT NULL AND (s.ok_count >= 2
