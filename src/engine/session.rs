@@ -137,7 +137,8 @@ pub(crate) fn config(options: &SessionOptions) -> SessionConfig {
         .with_batch_size(options.batch_size.max(1))
         .with_information_schema(true);
     // Evaluate scan filters (the cut, the window, dynamic join filters) while decoding, so
-    // rows that fail them never materialise their other columns.
+    // rows that fail them never materialise their other columns. effects_in_play, whose
+    // filters keep nearly every row, turns this off (recon/execute.rs).
     config.options_mut().execution.parquet.pushdown_filters = true;
     config.options_mut().execution.parquet.reorder_filters = true;
     config
