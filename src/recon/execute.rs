@@ -93,11 +93,8 @@ async fn materialise_effects_in_play(
     plans: &mut Vec<(String, String)>,
 ) -> Result<()> {
     let distributed = staging::is_distributed(ctx);
-    let (session, at_least) = if distributed {
-        (scans_without_row_filters(&one_partition(ctx)), ctx.copied_config().target_partitions())
-    } else {
-        (scans_without_row_filters(ctx), 1)
-    };
+    let session = effect_state_session(ctx, distributed);
+    let at_least = if distributed { ctx.copied_config().target_partitions() } else { 1 };
     let mut jobs = Vec::new();
     for (lo, hi) in order_id_ranges(ctx, rows_per_pass, at_least).await? {
         let range_params = bounds.params_for_orders(lo, hi);
@@ -129,22 +126,20 @@ async fn materialise_effects_in_play(
     staging::register_batches(ctx, queries::EFFECTS_IN_PLAY.name, schema, batches).await
 }
 
-/// The same session (the same tables, engine and settings) planning every query as one
-/// partition.
-fn one_partition(ctx: &SessionContext) -> SessionContext {
+/// The same session (the same tables, engine and settings) for effect_state, its Parquet
+/// scans decoding every column and filtering after (no row-level filter pushdown), and on
+/// a cluster planning every query as one partition. effect_state's filters keep nearly
+/// every row (the cut, the rule statuses, the order_id range): decoding the filter columns
+/// first and the rest through a row selection then costs more than it saves
+/// (`effects_in_play` 570 → 474 ms at 1M orders, benches/RESULTS.md). Row groups are still
+/// pruned by their statistics.
+fn effect_state_session(ctx: &SessionContext, one_partition: bool) -> SessionContext {
     let mut state = ctx.state();
-    state.config_mut().options_mut().execution.target_partitions = 1;
-    SessionContext::new_with_state(state)
-}
-
-/// The same session with its Parquet scans decoding every column and filtering after
-/// (no row-level filter pushdown). effect_state's filters keep nearly every row (the cut,
-/// the rule statuses, the order_id range): decoding the filter columns first and the rest
-/// through a row selection then costs more than it saves (`effects_in_play` 570 → 474 ms
-/// at 1M orders, benches/RESULTS.md). Row groups are still pruned by their statistics.
-fn scans_without_row_filters(ctx: &SessionContext) -> SessionContext {
-    let mut state = ctx.state();
-    state.config_mut().options_mut().execution.parquet.pushdown_filters = false;
+    let options = state.config_mut().options_mut();
+    options.execution.parquet.pushdown_filters = false;
+    if one_partition {
+        options.execution.target_partitions = 1;
+    }
     SessionContext::new_with_state(state)
 }
 
@@ -162,9 +157,15 @@ async fn outputs(
     let (mut discrepancy_plans, mut skip_plans, mut resolved_plans) =
         (Vec::new(), Vec::new(), Vec::new());
     let discrepancies_and_tasks = async {
-        let discrepancies = OutputTable::Discrepancies.conform(
-            &execute(ctx, queries::DISCREPANCIES, params, explain, &mut discrepancy_plans).await?.1,
-        )?;
+        let discrepancies = output(
+            ctx,
+            OutputTable::Discrepancies,
+            queries::DISCREPANCIES,
+            params,
+            explain,
+            &mut discrepancy_plans,
+        )
+        .await?;
         staging::register_batches(
             ctx,
             OutputTable::Discrepancies.name(),
@@ -172,23 +173,27 @@ async fn outputs(
             vec![discrepancies.clone()],
         )
         .await?;
-        let compensation_tasks = OutputTable::CompensationTasks.conform(
-            &execute(ctx, queries::COMPENSATION_TASKS, params, explain, &mut discrepancy_plans)
-                .await?
-                .1,
-        )?;
+        let compensation_tasks = output(
+            ctx,
+            OutputTable::CompensationTasks,
+            queries::COMPENSATION_TASKS,
+            params,
+            explain,
+            &mut discrepancy_plans,
+        )
+        .await?;
         Ok::<_, Error>((discrepancies, compensation_tasks))
     };
-    let skip_verdicts = async {
-        OutputTable::SkipVerdicts.conform(
-            &execute(ctx, queries::SKIP_VERDICTS, params, explain, &mut skip_plans).await?.1,
-        )
-    };
-    let resolved = async {
-        OutputTable::Resolved.conform(
-            &execute(ctx, queries::RESOLVED, params, explain, &mut resolved_plans).await?.1,
-        )
-    };
+    let skip_verdicts = output(
+        ctx,
+        OutputTable::SkipVerdicts,
+        queries::SKIP_VERDICTS,
+        params,
+        explain,
+        &mut skip_plans,
+    );
+    let resolved =
+        output(ctx, OutputTable::Resolved, queries::RESOLVED, params, explain, &mut resolved_plans);
     let ((discrepancies, compensation_tasks), skip_verdicts, resolved) =
         match ctx.runtime_env().memory_pool.memory_limit() {
             MemoryLimit::Infinite => {
@@ -198,6 +203,18 @@ async fn outputs(
         };
     plans.extend(discrepancy_plans.into_iter().chain(skip_plans).chain(resolved_plans));
     Ok(Outputs { discrepancies, compensation_tasks, skip_verdicts, resolved, judged: None, plans })
+}
+
+/// Runs `query` and conforms its batches to the output `table`'s contract schema.
+async fn output(
+    ctx: &SessionContext,
+    table: OutputTable,
+    query: Query,
+    params: &[Param],
+    explain: bool,
+    plans: &mut Vec<(String, String)>,
+) -> Result<RecordBatch> {
+    table.conform(&execute(ctx, query, params, explain, plans).await?.1)
 }
 
 /// The order_id ranges effect_state is computed over: equal-width slices of `[min, max]`,
